@@ -1,0 +1,33 @@
+# agentfast: `make run` to try it, `make test` to test it.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-postgres bench install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Start everything on this machine: SQLite, a private Redis, web (8321), worker and beat.
+run: $(STAMP)
+	$(BIN)/agentfast dev
+
+## Run the test suite (SQLite by default; set DATABASE_URL=postgres://… for Postgres).
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-postgres: $(STAMP)
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Print pause/resume latencies and storage per paused run.
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) var

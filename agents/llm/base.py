@@ -1,0 +1,56 @@
+"""The one small interface every model provider implements.
+
+Messages and tool specs go in (OpenAI chat format); an assistant turn comes out: text and
+proposed tool calls whose arguments are kept as the raw JSON text the model wrote, so that
+malformed JSON becomes a tool error the model reads instead of a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+DeltaSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ProposedCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text
+
+
+@dataclass(frozen=True)
+class AssistantTurn:
+    content: str = ""
+    tool_calls: list[ProposedCall] = field(default_factory=list)
+
+
+class ModelError(Exception):
+    """The model endpoint failed (unreachable, refused, returned nonsense)."""
+
+
+class ChatModel(Protocol):
+    name: str
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        on_delta: DeltaSink | None = None,
+    ) -> AssistantTurn: ...
+
+
+def get_model(model: str, *, base_url: str | None = None) -> ChatModel:
+    """Return the provider for an agent's `model` setting: 'demo' or 'openai:<name>'."""
+    if model == "demo":
+        from agents.llm.demo import DemoModel
+
+        return DemoModel()
+    if model.startswith("openai:"):
+        from agents.llm.openai import OpenAIModel
+
+        return OpenAIModel(model.removeprefix("openai:"), base_url=base_url)
+    raise ModelError(f"unknown model {model!r}: use 'demo' or 'openai:<model name>'")

@@ -1,0 +1,73 @@
+"""Any OpenAI-compatible chat-completions endpoint, through the `openai` SDK."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import openai
+
+from agents.llm.base import AssistantTurn, DeltaSink, ModelError, ProposedCall
+
+
+class OpenAIModel:
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None) -> None:
+        self.name = f"openai:{model}"
+        self.model = model
+        self.client = openai.OpenAI(
+            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            # Local OpenAI-compatible servers accept any key; the SDK insists on one.
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+            timeout=float(os.environ.get("OPENAI_TIMEOUT", "60")),
+            max_retries=int(os.environ.get("OPENAI_MAX_RETRIES", "2")),
+        )
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        on_delta: DeltaSink | None = None,
+    ) -> AssistantTurn:
+        request: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            request["tools"] = tools
+        try:
+            if on_delta is None:
+                return _from_message(self.client.chat.completions.create(**request))
+            stream = self.client.chat.completions.create(**request, stream=True)
+            return _from_stream(stream, on_delta)
+        except openai.OpenAIError as exc:
+            raise ModelError(f"{self.name}: {exc}") from exc
+
+
+def _from_message(completion: Any) -> AssistantTurn:
+    if not completion.choices:
+        raise ModelError("the endpoint returned no choices")
+    message = completion.choices[0].message
+    calls = [
+        ProposedCall(id=call.id or "", name=call.function.name or "", arguments=call.function.arguments or "")
+        for call in (message.tool_calls or [])
+    ]
+    return AssistantTurn(content=message.content or "", tool_calls=calls)
+
+
+def _from_stream(stream: Any, on_delta: DeltaSink) -> AssistantTurn:
+    """Join streamed chunks: text deltas go to on_delta, tool-call fragments by index."""
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        if delta.content:
+            text.append(delta.content)
+            on_delta(delta.content)
+        for fragment in delta.tool_calls or []:
+            call = calls.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] = fragment.id or call["id"]
+            if fragment.function is not None:
+                call["name"] += fragment.function.name or ""
+                call["arguments"] += fragment.function.arguments or ""
+    proposed = [ProposedCall(**calls[index]) for index in sorted(calls)]
+    return AssistantTurn(content="".join(text), tool_calls=proposed)

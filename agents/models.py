@@ -1,0 +1,232 @@
+"""The durable state of agent runs: the database is the only source of truth.
+
+Every write goes through agents.services; these classes only describe the rows.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUSPENDED = "suspended"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    TERMINAL = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+
+    id = models.CharField(primary_key=True, max_length=40, editable=False)
+    agent = models.CharField(max_length=100, db_index=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    input = models.TextField()
+    auto_resume = models.BooleanField(default=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    # Who drives the run now; a compare-and-set on lease_expires_at hands it out (invariant 5).
+    lease_owner = models.CharField(max_length=100, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    steps = models.PositiveIntegerField(default=0)
+    last_event_seq = models.PositiveIntegerField(default=0)
+    output = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "updated_at"], name="run_status_updated")]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.agent}, {self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL
+
+
+class Message(models.Model):
+    """One entry of the conversation; the ordered rows of a run are its checkpoint."""
+
+    class Role(models.TextChoices):
+        SYSTEM = "system"
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    seq = models.PositiveIntegerField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True)
+    tool_calls = models.JSONField(null=True, blank=True)
+    tool_call_id = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="message_run_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.role}"
+
+
+class ToolCall(models.Model):
+    class Status(models.TextChoices):
+        PROPOSED = "proposed"  # low risk, not yet run
+        AWAITING_APPROVAL = "awaiting_approval"
+        APPROVED = "approved"  # decided, not yet run
+        REJECTED = "rejected"
+        RUNNING = "running"  # claimed: executed_at is set, no result yet
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"  # the tool raised, or its arguments were invalid
+        IN_DOUBT = "in_doubt"  # claimed by a worker that died before recording a result
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
+    call_id = models.CharField(max_length=100)
+    # The assistant message seq that proposed this call: the calls of one step share it.
+    step = models.PositiveIntegerField()
+    name = models.CharField(max_length=100)
+    arguments = models.JSONField(null=True, blank=True)  # as the model proposed them
+    status = models.CharField(max_length=20, choices=Status.choices)
+    hitl_mode = models.CharField(max_length=10, blank=True)  # "", suspend or defer
+    executed_at = models.DateTimeField(null=True, blank=True)  # the exactly-once claim
+    executed_arguments = models.JSONField(null=True, blank=True)  # what actually ran
+    result = models.JSONField(null=True, blank=True)  # memoized tool output
+    # For deferred calls: when the model was told the outcome (None: not yet).
+    reported_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="toolcall_run_call")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.call_id} {self.name}"
+
+    @property
+    def in_doubt(self) -> bool:
+        return self.status == self.Status.IN_DOUBT
+
+
+class Approval(models.Model):
+    class Mode(models.TextChoices):
+        SUSPEND = "suspend"
+        DEFER = "defer"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+
+    # Derived, never random: appr_{run_id}_{call_id} (invariant 1).
+    id = models.CharField(primary_key=True, max_length=200, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
+    tool_call = models.OneToOneField(ToolCall, on_delete=models.CASCADE, related_name="approval")
+    tool = models.CharField(max_length=100, db_index=True)
+    mode = models.CharField(max_length=10, choices=Mode.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    # What a tool that asked for a decision itself (feedback_required) put in front of the human.
+    request = models.JSONField(null=True, blank=True)
+    decided_by = models.CharField(max_length=150, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    feedback = models.TextField(blank=True)  # a user message for the model to revise with
+    arguments = models.JSONField(null=True, blank=True)  # edited arguments, if any
+    payload = models.JSONField(null=True, blank=True)  # the reviewer's answer to a custom tool
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "created_at"], name="approval_status_created")]
+        permissions = [("decide_approval", "Can approve or reject tool calls")]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+
+class RunEvent(models.Model):
+    """Append-only log of what a viewer of a run may want; SSE replays it by seq."""
+
+    class Type(models.TextChoices):
+        MESSAGE = "message"
+        DELTA = "delta"  # live only, never stored
+        TOOL_CALL = "tool_call"
+        TOOL_RESULT = "tool_result"
+        APPROVAL_REQUIRED = "approval_required"
+        APPROVAL_DECIDED = "approval_decided"
+        RUN_STATUS = "run_status"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=20, choices=Type.choices)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="runevent_run_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.type}"
+
+
+class AuditEntry(models.Model):
+    """Append-only record of every decision attempt, refused ones included."""
+
+    class Source(models.TextChoices):
+        WEB = "web"
+        API = "api"
+        CLI = "cli"
+        SYSTEM = "system"
+
+    class Outcome(models.TextChoices):
+        DECIDED = "decided"
+        IDEMPOTENT = "idempotent"  # the same decision again: nothing changed
+        ALREADY_DECIDED = "already_decided"
+        INVALID_ARGUMENTS = "invalid_arguments"
+        NOT_PERMITTED = "not_permitted"
+        NOT_FOUND = "not_found"
+        EXPIRED = "expired"
+
+    approval_id = models.CharField(max_length=200, db_index=True)
+    run_id = models.CharField(max_length=40, blank=True, db_index=True)
+    tool = models.CharField(max_length=100, blank=True)
+    action = models.CharField(max_length=20)  # approved, rejected, expired
+    actor = models.CharField(max_length=150)  # who, from authentication
+    on_behalf_of = models.CharField(max_length=150, blank=True)
+    source = models.CharField(max_length=10, choices=Source.choices)
+    origin = models.CharField(max_length=200, blank=True)  # IP address, or user@host for the CLI
+    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    detail = models.JSONField(default=dict, blank=True)  # note, edited-argument diff, error
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.approval_id}: {self.outcome}"
+
+
+class SideEffect(models.Model):
+    """Journal of the demo tools' real-world effects: one row per effect, never deduplicated.
+
+    It stands for the outside world (a payment provider, a mail server), so it keeps every
+    write it receives: a doubled effect shows up as two rows.
+    """
+
+    tool = models.CharField(max_length=100)
+    idempotency_key = models.CharField(max_length=250, db_index=True)
+    arguments = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.tool} {self.idempotency_key}"
+

@@ -1,0 +1,338 @@
+"""The agent loop: drive a run from its rows until it finishes or waits on a person.
+
+The driver keeps nothing between calls: starting and resuming are the same operation,
+reading the run's messages, tool calls and approvals and doing the next thing they call
+for. Whoever holds the run's lease drives it; every write is fenced by that lease.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from agents import events, ids, services
+from agents.llm import AssistantTurn, DeltaSink, ModelError, ProposedCall, get_model
+from agents.models import Approval, Message, Run, RunEvent, ToolCall
+from agents.policy import ConfigError, get_policy
+from agents.runtime import execution, outputs
+from agents.runtime.history import model_messages
+from agents.services import LeaseLost, PlannedCall
+from agents.tools import FeedbackRequired, InvalidArguments, Tool, ToolError, registry
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DriveResult:
+    run_id: str
+    driven: bool  # False: another driver holds the run, or it has nothing to do
+    status: str
+
+
+def owner_name() -> str:
+    """Return a lease owner name unique to this call: host, process, and a nonce."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def drive(run_id: str, *, owner: str | None = None, on_delta: DeltaSink | None = None, stream: bool = True) -> DriveResult:
+    """Take the run's lease and drive it until it finishes or suspends.
+
+    A second concurrent caller finds the lease taken and returns at once with driven=False.
+    With `stream`, the model's tokens are published as live `delta` events.
+    """
+    owner = owner or owner_name()
+    run = services.run_lease(run_id=run_id, owner=owner)
+    if run is None:
+        status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+        if status is None:
+            raise services.NotFound(f"no run {run_id}")
+        return DriveResult(run_id=run_id, driven=False, status=status)
+    with _LeaseKeeper(run_id, owner):
+        try:
+            _Driver(run, owner, on_delta=on_delta, stream=stream).drive()
+        except LeaseLost as exc:
+            logger.warning("stopped driving %s: %s", run_id, exc)
+        except (ModelError, ConfigError) as exc:
+            services.run_fail(run_id=run_id, owner=owner, error=str(exc))
+        except Exception as exc:
+            logger.exception("driving %s failed", run_id)
+            services.run_fail(run_id=run_id, owner=owner, error=f"internal error: {type(exc).__name__}: {exc}")
+    return DriveResult(run_id=run_id, driven=True, status=Run.objects.values_list("status", flat=True).get(pk=run_id))
+
+
+class _LeaseKeeper:
+    """Renew the lease in the background while a step takes long (a slow model or tool).
+
+    If the process dies the renewals stop with it, the lease runs out, and the sweeper
+    hands the run to another worker.
+    """
+
+    def __init__(self, run_id: str, owner: str) -> None:
+        self.run_id, self.owner = run_id, owner
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._renew, name=f"lease-{run_id}", daemon=True)
+
+    def __enter__(self) -> _LeaseKeeper:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _renew(self) -> None:
+        interval = settings.AGENTFAST_LEASE_SECONDS / 3
+        try:
+            while not self.stop.wait(interval):
+                try:
+                    services.run_renew_lease(run_id=self.run_id, owner=self.owner)
+                except LeaseLost:
+                    return  # finished or suspended: the lease was given up on purpose
+                except Exception:  # noqa: BLE001 — a missed renewal is retried next interval
+                    logger.warning("could not renew the lease of %s", self.run_id, exc_info=True)
+        finally:
+            close_old_connections()
+
+
+class _Driver:
+    def __init__(self, run: Run, owner: str, *, on_delta: DeltaSink | None, stream: bool) -> None:
+        self.run = run
+        self.owner = owner
+        self.on_delta = on_delta
+        self.stream = stream
+        self.agent = get_policy().agent(run.agent)
+        self.tools: dict[str, Tool] = {name: registry.tools[name] for name in self.agent.tools}
+        self.steps = run.steps
+        self.messages: list[Message] = []
+        self.calls: list[ToolCall] = []
+        self.approvals: dict[int, Approval] = {}
+
+    # -- the loop --------------------------------------------------------------------
+
+    def drive(self) -> None:
+        """Loop: settle the open step, then ask the model, until done or waiting.
+
+        1. Load the rows. 2. Settle the last turn's tool calls (run, memoized, rejected,
+        in doubt); if a suspend approval is pending, suspend. 3. Tell the model about
+        deferred calls that ran. 4. Ask the model. 5. No tool calls: complete. Otherwise
+        record the turn (suspending in the same transaction when nothing can run now).
+        """
+        model = get_model(self.agent.model, base_url=self.agent.base_url)
+        while True:
+            self._load()
+            if not self._settle_open_step():
+                services.run_suspend(run_id=self.run.id, owner=self.owner)
+                return
+            self._report_deferred()
+            if self.steps >= self.agent.max_steps:
+                error = f"step limit reached: {self.agent.max_steps} model turns with tool calls"
+                services.run_fail(run_id=self.run.id, owner=self.owner, error=error)
+                return
+            turn = model.complete(
+                model_messages(self.agent.system_prompt, self.messages),
+                [tool.spec() for tool in self.tools.values()],
+                on_delta=self._delta_sink(),
+            )
+            if not turn.tool_calls:
+                services.run_complete(run_id=self.run.id, owner=self.owner, seq=self._next_seq(), content=turn.content)
+                return
+            if self._record_turn(turn):
+                return
+
+    def _load(self) -> None:
+        self.messages = list(Message.objects.filter(run_id=self.run.id).order_by("seq"))
+        self.calls = list(ToolCall.objects.filter(run_id=self.run.id).order_by("step", "id"))
+        self.approvals = {a.tool_call_id: a for a in Approval.objects.filter(run_id=self.run.id)}
+
+    def _next_seq(self) -> int:
+        return self.messages[-1].seq + 1 if self.messages else 1
+
+    def _delta_sink(self) -> DeltaSink | None:
+        if not self.stream and self.on_delta is None:
+            return None
+
+        def sink(text: str) -> None:
+            if self.stream:
+                events.publish(run_id=self.run.id, type=RunEvent.Type.DELTA, data={"text": text}, persist=False)
+            if self.on_delta is not None:
+                self.on_delta(text)
+
+        return sink
+
+    # -- a model turn ----------------------------------------------------------------
+
+    def _record_turn(self, turn: AssistantTurn) -> bool:
+        """Record a turn with tool calls; return True when the run suspended with it."""
+        seq = self._next_seq()
+        taken = {call.call_id for call in self.calls}
+        planned: list[PlannedCall] = []
+        wire: list[dict[str, Any]] = []
+        for index, proposed in enumerate(turn.tool_calls, start=1):
+            call_id = proposed.id if ids.is_safe_call_id(proposed.id) and proposed.id not in taken else f"call_{seq}_{index}"
+            taken.add(call_id)
+            wire.append({"id": call_id, "type": "function", "function": {"name": proposed.name, "arguments": proposed.arguments}})
+            planned.append(self._plan(call_id, proposed))
+        nothing_runs_now = all(call.status != ToolCall.Status.PROPOSED for call in planned)
+        suspend = nothing_runs_now and any(call.hitl_mode == Approval.Mode.SUSPEND for call in planned)
+        services.step_open(
+            run_id=self.run.id, owner=self.owner, seq=seq, content=turn.content, tool_calls=wire, calls=planned, suspend=suspend
+        )
+        self.steps += 1
+        return suspend
+
+    def _plan(self, call_id: str, proposed: ProposedCall) -> PlannedCall:
+        """Classify a proposed call: an error told at once, a low-risk call, or a gated one."""
+        failed = ToolCall.Status.FAILED
+        try:
+            arguments = json.loads(proposed.arguments or "{}")
+        except ValueError as exc:
+            output = outputs.error("INVALID_ARGUMENTS", f"the arguments are not valid JSON ({exc}); send a JSON object")
+            return PlannedCall(call_id=call_id, name=proposed.name, arguments=None, status=failed, output=output)
+        tool = self.tools.get(proposed.name)
+        if tool is None:
+            available = ", ".join(self.tools) or "none"
+            output = outputs.error("UNKNOWN_TOOL", f"there is no tool named {proposed.name!r}; available: {available}")
+            return PlannedCall(call_id=call_id, name=proposed.name[:100], arguments=_as_object(arguments), status=failed, output=output)
+        try:
+            # Checks before asking: a call that cannot succeed never reaches a person.
+            tool.check_arguments(tool.validate(arguments))
+        except InvalidArguments as exc:
+            output = outputs.error("INVALID_ARGUMENTS", exc.message)
+            return PlannedCall(call_id=call_id, name=tool.name, arguments=_as_object(arguments), status=failed, output=output)
+        except ToolError as exc:
+            return PlannedCall(call_id=call_id, name=tool.name, arguments=arguments, status=failed, output=outputs.error(exc.code, exc.message))
+        policy = get_policy().tool_policy(tool.name)
+        if not policy.gated:
+            return PlannedCall(call_id=call_id, name=tool.name, arguments=arguments, status=ToolCall.Status.PROPOSED)
+        expires_at = timezone.now() + timedelta(seconds=policy.timeout_seconds) if policy.timeout_seconds else None
+        output = None
+        if policy.hitl_mode == Approval.Mode.DEFER:
+            output = outputs.pending(tool.name, ids.approval_id(self.run.id, call_id))
+        return PlannedCall(
+            call_id=call_id,
+            name=tool.name,
+            arguments=arguments,
+            status=ToolCall.Status.AWAITING_APPROVAL,
+            hitl_mode=policy.hitl_mode,
+            output=output,
+            expires_at=expires_at,
+        )
+
+    # -- settling the open step ------------------------------------------------------
+
+    def _settle_open_step(self) -> bool:
+        """Give every call of the last turn its output; return False if one still waits."""
+        turn = next((m for m in reversed(self.messages) if m.role == Message.Role.ASSISTANT), None)
+        if turn is None or not turn.tool_calls:
+            return True
+        answered = {m.tool_call_id for m in self.messages if m.seq > turn.seq and m.role == Message.Role.TOOL}
+        waiting = False
+        for call in (c for c in self.calls if c.step == turn.seq and c.call_id not in answered):
+            waiting = self._settle(call) or waiting
+        if waiting:
+            return False
+        self._append_feedback(turn.seq)
+        return True
+
+    def _settle(self, call: ToolCall) -> bool:
+        """Bring one call to an output the model can read; return True if it waits on a person."""
+        approval = self.approvals.get(call.pk)
+        if call.result is not None:
+            self._finish(call, call.status, call.result, call.executed_arguments)
+        elif call.executed_at is not None or call.status == ToolCall.Status.IN_DOUBT:
+            self._in_doubt(call)
+        elif approval is None:
+            return self._execute(call, None)
+        elif approval.status == Approval.Status.PENDING:
+            return approval.mode == Approval.Mode.SUSPEND
+        elif approval.status == Approval.Status.REJECTED:
+            self._finish(call, ToolCall.Status.REJECTED, outputs.rejected(call.name, approval.note))
+        elif approval.status == Approval.Status.EXPIRED:
+            self._finish(call, ToolCall.Status.REJECTED, outputs.expired(call.name, approval.note))
+        else:
+            return self._execute(call, approval)
+        return False
+
+    def _execute(self, call: ToolCall, approval: Approval | None) -> bool:
+        """Claim and run a call once; return True if its tool asked a person first."""
+        tool = self.tools.get(call.name) or registry.get(call.name)
+        if tool is None:
+            self._finish(call, ToolCall.Status.FAILED, outputs.error("UNKNOWN_TOOL", f"tool {call.name!r} is gone"))
+            return False
+        try:
+            arguments = execution.arguments_to_run(tool, call, approval)
+        except InvalidArguments as exc:  # the tool's schema changed since the call was proposed
+            self._finish(call, ToolCall.Status.FAILED, outputs.error("INVALID_ARGUMENTS", exc.message))
+            return False
+        claimed_at = services.toolcall_claim(tool_call=call)
+        if claimed_at is None:
+            # Someone else holds the claim: reuse their result, never run the effect again.
+            call.refresh_from_db()
+            if call.result is None:
+                self._in_doubt(call)
+            else:
+                self._finish(call, call.status, call.result, call.executed_arguments)
+            return False
+        try:
+            status, output = execution.invoke(tool, execution.context(call, approval), arguments)
+        except FeedbackRequired as exc:
+            if approval is None:
+                services.toolcall_ask(owner=self.owner, tool_call=call, claimed_at=claimed_at, request=exc.payload, expires_at=None)
+                return True
+            status = ToolCall.Status.FAILED
+            output = outputs.error("TOOL_ERROR", f"{call.name} asked for a decision again after one was given")
+        self._finish(call, status, output, arguments)
+        return False
+
+    def _in_doubt(self, call: ToolCall) -> None:
+        services.toolcall_mark_in_doubt(tool_call=call)
+        self._finish(call, ToolCall.Status.IN_DOUBT, outputs.in_doubt(call.name), call.executed_arguments)
+
+    def _finish(self, call: ToolCall, status: str, output: dict[str, Any], executed: dict[str, Any] | None = None) -> None:
+        seq = self._next_seq()
+        services.toolcall_finish(owner=self.owner, tool_call=call, seq=seq, status=status, output=output, executed_arguments=executed)
+        self.messages.append(
+            Message(run_id=self.run.id, seq=seq, role=Message.Role.TOOL, content=json.dumps(output), tool_call_id=call.call_id)
+        )
+
+    def _append_feedback(self, step: int) -> None:
+        """After a step's outputs, add each rejection's feedback as a user message (revise)."""
+        given = {m.tool_call_id for m in self.messages if m.role == Message.Role.USER and m.tool_call_id}
+        for call in (c for c in self.calls if c.step == step):
+            approval = self.approvals.get(call.pk)
+            if approval and approval.feedback and call.call_id not in given:
+                seq = self._next_seq()
+                services.message_append(
+                    owner=self.owner, run_id=self.run.id, seq=seq, role=Message.Role.USER,
+                    content=approval.feedback, tool_call_id=call.call_id,
+                )
+                self.messages.append(Message(run_id=self.run.id, seq=seq, role=Message.Role.USER, content=approval.feedback, tool_call_id=call.call_id))
+
+    def _report_deferred(self) -> None:
+        """Tell the model, once, the outcome of deferred calls decided since it last spoke."""
+        reports = [
+            c for c in ToolCall.objects.filter(run_id=self.run.id, hitl_mode=Approval.Mode.DEFER, result__isnull=False, reported_at__isnull=True)
+        ]
+        if not reports:
+            return
+        lines = [f"Update on a deferred call: {c.name} ({c.call_id}) → {json.dumps(c.result)}" for c in reports]
+        seq = self._next_seq()
+        services.message_append(
+            owner=self.owner, run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content="\n".join(lines), reports=reports
+        )
+        self.messages.append(Message(run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content="\n".join(lines)))
+
+
+def _as_object(arguments: Any) -> dict[str, Any] | None:
+    return arguments if isinstance(arguments, dict) else None

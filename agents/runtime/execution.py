@@ -1,0 +1,83 @@
+"""Running one claimed tool call; shared by the driver and deferred execution."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from agents import services
+from agents.models import Approval, ToolCall
+from agents.runtime import outputs
+from agents.tools import FeedbackRequired, InvalidArguments, Tool, ToolContext, ToolError, registry
+
+logger = logging.getLogger(__name__)
+
+
+def arguments_to_run(tool: Tool, call: ToolCall, approval: Approval | None) -> dict[str, Any]:
+    """Return what will run: the reviewer's edit if any, else the model's proposal, validated."""
+    edited = approval is not None and approval.arguments is not None
+    return tool.validate(approval.arguments if edited else call.arguments)  # type: ignore[union-attr]
+
+
+def context(call: ToolCall, approval: Approval | None) -> ToolContext:
+    return ToolContext(
+        run_id=call.run_id,
+        tool_call_id=call.call_id,
+        idempotency_key=approval.pk if approval else f"{call.run_id}:{call.call_id}",
+        approval_id=approval.pk if approval else None,
+        approval_payload=approval.payload if approval else None,
+        approval_note=approval.note if approval else "",
+        edited=approval is not None and approval.arguments is not None,
+    )
+
+
+def invoke(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Call the tool; return (ToolCall status, output for the model). FeedbackRequired propagates."""
+    try:
+        result = tool(ctx, arguments)
+    except FeedbackRequired:
+        raise
+    except ToolError as exc:
+        return ToolCall.Status.FAILED, outputs.error(exc.code, exc.message)
+    except InvalidArguments as exc:
+        return ToolCall.Status.FAILED, outputs.error("INVALID_ARGUMENTS", exc.message)
+    except Exception as exc:  # noqa: BLE001 — a crashing tool is reported to the model
+        logger.exception("tool %s failed in %s", tool.name, ctx.run_id)
+        return ToolCall.Status.FAILED, outputs.error("TOOL_FAILED", f"{type(exc).__name__}: {exc}")
+    return ToolCall.Status.SUCCEEDED, outputs.ok(result, edited_arguments=arguments if ctx.edited else None)
+
+
+def execute_deferred(tool_call_pk: int) -> str:
+    """Run a decided deferred call once and memoize its result; return what happened.
+
+    The run may have finished long ago: the result is recorded either way, and its driver
+    tells the model at its next step if it is still going.
+    """
+    call = ToolCall.objects.select_related("approval").get(pk=tool_call_pk)
+    approval = call.approval
+    if call.result is not None:
+        return "already recorded"
+    if approval.status == Approval.Status.PENDING:
+        return "still pending"
+    if approval.status in (Approval.Status.REJECTED, Approval.Status.EXPIRED):
+        make = outputs.rejected if approval.status == Approval.Status.REJECTED else outputs.expired
+        services.toolcall_record_result(tool_call=call, status=ToolCall.Status.REJECTED, output=make(call.name, approval.note))
+        return approval.status
+    tool = registry.get(call.name)
+    if tool is None:
+        output = outputs.error("UNKNOWN_TOOL", f"tool {call.name!r} is not registered in this worker")
+        services.toolcall_record_result(tool_call=call, status=ToolCall.Status.FAILED, output=output)
+        return "unknown tool"
+    arguments = arguments_to_run(tool, call, approval)
+    if services.toolcall_claim(tool_call=call) is None:
+        return "claimed elsewhere"
+    status, output = _invoke_deferred(tool, context(call, approval), arguments)
+    services.toolcall_record_result(tool_call=call, status=status, output=output, executed_arguments=arguments)
+    return status
+
+
+def _invoke_deferred(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    try:
+        return invoke(tool, ctx, arguments)
+    except FeedbackRequired:  # asked again after approval: the decision was the answer
+        return ToolCall.Status.FAILED, outputs.error("TOOL_ERROR", f"{tool.name} asked for a decision again after one was given")

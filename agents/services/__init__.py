@@ -1,0 +1,61 @@
+"""Every state change of the engine; views, tasks and the CLI call these, never the models."""
+
+from __future__ import annotations
+
+from agents.services.approvals import Attempt, Decision, approval_decide, approval_expire, approval_expire_due
+from agents.services.effects import sideeffect_record
+from agents.services.errors import AlreadyDecided, InvalidInput, LeaseLost, NotFound, ServiceError, WrongState
+from agents.services.runs import (
+    run_cancel,
+    run_complete,
+    run_create,
+    run_fail,
+    run_lease,
+    run_renew_lease,
+    run_request_resume,
+    run_suspend,
+)
+from agents.services.steps import (
+    PlannedCall,
+    message_append,
+    step_open,
+    toolcall_ask,
+    toolcall_claim,
+    toolcall_finish,
+    toolcall_mark_in_doubt,
+    toolcall_record_result,
+)
+from agents.services.users import role_groups_ensure, user_create
+
+__all__ = [
+    "AlreadyDecided",
+    "Attempt",
+    "Decision",
+    "InvalidInput",
+    "LeaseLost",
+    "NotFound",
+    "PlannedCall",
+    "ServiceError",
+    "WrongState",
+    "approval_decide",
+    "approval_expire",
+    "approval_expire_due",
+    "message_append",
+    "role_groups_ensure",
+    "run_cancel",
+    "run_complete",
+    "run_create",
+    "run_fail",
+    "run_lease",
+    "run_renew_lease",
+    "run_request_resume",
+    "run_suspend",
+    "sideeffect_record",
+    "step_open",
+    "toolcall_ask",
+    "toolcall_claim",
+    "toolcall_finish",
+    "toolcall_mark_in_doubt",
+    "toolcall_record_result",
+    "user_create",
+]

@@ -1,0 +1,259 @@
+"""Decisions on approvals; the same function serves the web, the API and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents import events, queue
+from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall
+from agents.services.errors import AlreadyDecided, InvalidInput, NotFound, WrongState
+from agents.tools import InvalidArguments, ToolError, registry
+
+DECISIONS = (Approval.Status.APPROVED, Approval.Status.REJECTED)
+MAX_TEXT_CHARS = 10_000
+
+
+@dataclass(frozen=True)
+class Decision:
+    approval: Approval
+    outcome: str  # AuditEntry.Outcome: decided or idempotent
+    resume_enqueued: bool = False
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Who asks for a decision, and from where; identity comes from authentication."""
+
+    actor: str
+    source: str  # AuditEntry.Source
+    origin: str = ""
+    on_behalf_of: str = ""
+
+    @property
+    def decider(self) -> str:
+        return self.on_behalf_of or self.actor
+
+
+def approval_decide(
+    *,
+    approval_id: str,
+    decision: str,
+    attempt: Attempt,
+    note: str = "",
+    feedback: str = "",
+    arguments: dict[str, Any] | None = None,
+    payload: dict[str, Any] | None = None,
+    auto_resume: bool | None = None,
+) -> Decision:
+    """Approve or reject a pending approval; the first decision wins (invariant 3).
+
+    1. Validate the request (refusals are audited and change nothing else).
+    2. Compare-and-set pending → decision, with the tool call, audit row and event, in one
+       transaction.
+    3. On commit, enqueue the resume (the step's last suspend approval, auto_resume on) or
+       the execution of a deferred call.
+    Repeating the same decision is idempotent; a different one raises AlreadyDecided.
+    """
+    approval = _get_or_audit(approval_id, decision, attempt)
+    arguments = _validated_or_audit(approval, decision, attempt, note, feedback, arguments, payload)
+    with transaction.atomic():
+        won = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
+            status=decision,
+            decided_by=attempt.decider,
+            decided_at=timezone.now(),
+            note=note,
+            feedback=feedback if decision == Approval.Status.REJECTED else "",
+            arguments=arguments,
+            payload=payload,
+        )
+        if won:
+            approval.refresh_from_db()
+            resume = _after_decision(approval, attempt, auto_resume)
+    if won:
+        return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume)
+    return _refuse_or_repeat(approval.pk, decision, attempt, note, arguments)
+
+
+def _after_decision(approval: Approval, attempt: Attempt, auto_resume: bool | None) -> bool:
+    ToolCall.objects.filter(pk=approval.tool_call_id, status=ToolCall.Status.AWAITING_APPROVAL).update(
+        status=approval.status
+    )
+    _audit(approval, attempt, action=approval.status, outcome=AuditEntry.Outcome.DECIDED, detail=_detail(approval))
+    events.publish(
+        run_id=approval.run_id,
+        type=RunEvent.Type.APPROVAL_DECIDED,
+        data={
+            "approval_id": approval.id,
+            "tool": approval.tool,
+            "decision": approval.status,
+            "decided_by": approval.decided_by,
+            "note": approval.note,
+            "edited": approval.arguments is not None,
+        },
+    )
+    return _unblock(approval, auto_resume)
+
+
+def _unblock(approval: Approval, auto_resume: bool | None) -> bool:
+    """Enqueue what a decision makes possible; return whether a resume was enqueued."""
+    if approval.mode == Approval.Mode.DEFER:
+        queue.deferred_on_commit(approval.tool_call_id)
+        return False
+    run = Run.objects.only("status", "auto_resume").get(pk=approval.run_id)
+    wanted = run.auto_resume if auto_resume is None else auto_resume
+    still_waiting = Approval.objects.filter(
+        run_id=approval.run_id, mode=Approval.Mode.SUSPEND, status=Approval.Status.PENDING
+    ).exists()
+    if wanted and not still_waiting and run.status == Run.Status.SUSPENDED:
+        queue.drive_on_commit(approval.run_id)
+        return True
+    return False
+
+
+def _get_or_audit(approval_id: str, decision: str, attempt: Attempt) -> Approval:
+    try:
+        approval = Approval.objects.select_related("tool_call").get(pk=approval_id)
+    except Approval.DoesNotExist:
+        _audit_refusal(approval_id, attempt, decision, AuditEntry.Outcome.NOT_FOUND, {})
+        raise NotFound(f"no approval {approval_id}") from None
+    if decision not in DECISIONS:
+        _audit_refusal(approval_id, attempt, decision, AuditEntry.Outcome.INVALID_ARGUMENTS, {"error": "bad decision"})
+        raise InvalidInput(f"decision must be 'approved' or 'rejected', not {decision!r}", field="decision")
+    if not attempt.actor.strip():
+        raise InvalidInput("who decides is required", field="decided_by")
+    return approval
+
+
+def _validated_or_audit(
+    approval: Approval,
+    decision: str,
+    attempt: Attempt,
+    note: str,
+    feedback: str,
+    arguments: dict[str, Any] | None,
+    payload: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """Return the edited arguments coerced to the tool's schema, or raise InvalidInput."""
+    try:
+        if len(note) > MAX_TEXT_CHARS or len(feedback) > MAX_TEXT_CHARS:
+            raise InvalidInput(f"note and feedback are limited to {MAX_TEXT_CHARS} characters", field="note")
+        if payload is not None and not isinstance(payload, dict):
+            raise InvalidInput("payload must be a JSON object", field="payload")
+        if arguments is None:
+            return None
+        if decision != Approval.Status.APPROVED:
+            raise InvalidInput("edited arguments only go with an approval", field="arguments")
+        tool = registry.get(approval.tool)
+        if tool is None:
+            raise InvalidInput(f"tool {approval.tool!r} is no longer registered", field="arguments")
+        try:
+            validated = tool.validate(arguments)
+            tool.check_arguments(validated)
+        except InvalidArguments as exc:
+            raise InvalidInput(f"arguments: {exc.message}", field=f"arguments.{exc.field}" if exc.field else "arguments") from None
+        except ToolError as exc:
+            raise InvalidInput(f"arguments: {exc.message}", field="arguments") from None
+        return validated
+    except InvalidInput as exc:
+        _audit_refusal(
+            approval.pk, attempt, decision, AuditEntry.Outcome.INVALID_ARGUMENTS,
+            {"error": exc.message, "arguments": arguments}, approval=approval,
+        )
+        raise
+
+
+def _refuse_or_repeat(
+    approval_id: str, decision: str, attempt: Attempt, note: str, arguments: dict[str, Any] | None
+) -> Decision:
+    approval = Approval.objects.get(pk=approval_id)
+    if approval.status == decision and (arguments is None or arguments == approval.arguments):
+        _audit(approval, attempt, action=decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail={"note": note})
+        return Decision(approval=approval, outcome=AuditEntry.Outcome.IDEMPOTENT)
+    outcome = AuditEntry.Outcome.EXPIRED if approval.status == Approval.Status.EXPIRED else AuditEntry.Outcome.ALREADY_DECIDED
+    _audit(approval, attempt, action=decision, outcome=outcome, detail={"note": note, "existing": approval.status})
+    when = f" at {approval.decided_at:%Y-%m-%d %H:%M:%S} UTC" if approval.decided_at else ""
+    message = f"approval {approval.id} was already {approval.status} by {approval.decided_by or 'the system'}{when}"
+    error = WrongState if outcome == AuditEntry.Outcome.EXPIRED else AlreadyDecided
+    raise error(message, approval=approval)
+
+
+def approval_expire(*, approval: Approval, actor: str, reason: str, resume: bool = True) -> bool:
+    """Expire a pending approval (timeout, cancelled run); the model reads it as a rejection."""
+    with transaction.atomic():
+        won = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
+            status=Approval.Status.EXPIRED, decided_by=actor, decided_at=timezone.now(), note=reason
+        )
+        if not won:
+            return False
+        approval.refresh_from_db()
+        ToolCall.objects.filter(pk=approval.tool_call_id, status=ToolCall.Status.AWAITING_APPROVAL).update(
+            status=ToolCall.Status.REJECTED
+        )
+        attempt = Attempt(actor=actor, source=AuditEntry.Source.SYSTEM)
+        _audit(approval, attempt, action="expired", outcome=AuditEntry.Outcome.DECIDED, detail={"note": reason})
+        events.publish(
+            run_id=approval.run_id,
+            type=RunEvent.Type.APPROVAL_DECIDED,
+            data={"approval_id": approval.id, "tool": approval.tool, "decision": "expired", "decided_by": actor, "note": reason},
+        )
+        if resume:
+            _unblock(approval, None)
+    return True
+
+
+def approval_expire_due() -> int:
+    """Expire every pending approval whose deadline has passed; return how many."""
+    due = Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lt=timezone.now())
+    return sum(approval_expire(approval=a, actor="system", reason="no decision before the deadline") for a in due)
+
+
+def _detail(approval: Approval) -> dict[str, Any]:
+    detail: dict[str, Any] = {"note": approval.note}
+    if approval.feedback:
+        detail["feedback"] = approval.feedback
+    if approval.payload is not None:
+        detail["payload"] = approval.payload
+    if approval.arguments is not None:
+        before = approval.tool_call.arguments or {}
+        detail["arguments_diff"] = {
+            key: [before.get(key), approval.arguments.get(key)]
+            for key in sorted(set(before) | set(approval.arguments))
+            if before.get(key) != approval.arguments.get(key)
+        }
+    return detail
+
+
+def _audit(approval: Approval, attempt: Attempt, *, action: str, outcome: str, detail: dict[str, Any]) -> None:
+    AuditEntry.objects.create(
+        approval_id=approval.pk,
+        run_id=approval.run_id,
+        tool=approval.tool,
+        action=action,
+        actor=attempt.actor,
+        on_behalf_of=attempt.on_behalf_of,
+        source=attempt.source,
+        origin=attempt.origin,
+        outcome=outcome,
+        detail=detail,
+    )
+
+
+def _audit_refusal(
+    approval_id: str, attempt: Attempt, decision: str, outcome: str, detail: dict[str, Any], approval: Approval | None = None
+) -> None:
+    AuditEntry.objects.create(
+        approval_id=approval_id,
+        run_id=approval.run_id if approval else "",
+        tool=approval.tool if approval else "",
+        action=str(decision)[:20],
+        actor=attempt.actor or "(anonymous)",
+        on_behalf_of=attempt.on_behalf_of,
+        source=attempt.source,
+        origin=attempt.origin,
+        outcome=outcome,
+        detail=detail,
+    )

@@ -1,0 +1,40 @@
+"""Errors services raise; each carries a stable code that the CLI and the API report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ServiceError(Exception):
+    code = "error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class NotFound(ServiceError):
+    code = "not_found"
+
+
+class InvalidInput(ServiceError):
+    code = "invalid"
+
+
+class AlreadyDecided(ServiceError):
+    """A different decision was already taken: the first decision wins (invariant 3)."""
+
+    code = "already_decided"
+
+
+class WrongState(ServiceError):
+    """The thing exists but is not in a state that allows this (e.g. resume a completed run)."""
+
+    code = "wrong_state"
+
+
+class LeaseLost(ServiceError):
+    """Another driver took over this run; the caller must stop writing (invariant 5)."""
+
+    code = "lease_lost"

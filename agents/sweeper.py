@@ -1,0 +1,77 @@
+"""Find work whose Celery message was lost or whose worker died, and enqueue it again.
+
+Redis is never the source of truth (invariant 6): everything the sweeper needs is in the
+database. Enqueueing twice is harmless because the lease and the claim are compare-and-sets.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Max, Q
+from django.utils import timezone
+
+from agents import queue, services
+from agents.models import Approval, Run, ToolCall
+from agents.services.runs import pending_suspend_approvals
+
+logger = logging.getLogger(__name__)
+
+# A deferred call claimed longer ago than this, with no result, lost its worker.
+DEFERRED_CLAIM_TIMEOUT = timedelta(minutes=15)
+
+
+@dataclass
+class SweepReport:
+    expired: int = 0
+    runs: list[str] = field(default_factory=list)
+    deferred: list[int] = field(default_factory=list)
+    in_doubt: list[int] = field(default_factory=list)
+
+
+def sweep() -> SweepReport:
+    """Expire overdue approvals, then re-enqueue stranded runs and deferred calls."""
+    now = timezone.now()
+    grace = now - timedelta(seconds=settings.AGENTFAST_SWEEP_GRACE_SECONDS)
+    report = SweepReport(expired=services.approval_expire_due())
+    for run_id in _stranded_runs(now, grace):
+        queue.drive_on_commit(run_id)
+        report.runs.append(run_id)
+    for call in ToolCall.objects.filter(
+        hitl_mode=Approval.Mode.DEFER, result__isnull=True, executed_at__isnull=True,
+        approval__status__in=[Approval.Status.APPROVED, Approval.Status.REJECTED, Approval.Status.EXPIRED],
+        approval__decided_at__lt=grace,
+    ).values_list("pk", flat=True):
+        queue.deferred_on_commit(call)
+        report.deferred.append(call)
+    for call in ToolCall.objects.filter(
+        hitl_mode=Approval.Mode.DEFER, result__isnull=True, executed_at__lt=now - DEFERRED_CLAIM_TIMEOUT
+    ):
+        if services.toolcall_mark_in_doubt(tool_call=call):
+            report.in_doubt.append(call.pk)
+    if report.runs or report.deferred or report.expired or report.in_doubt:
+        logger.info("sweep: %s", report)
+    return report
+
+
+def _stranded_runs(now: object, grace: object) -> list[str]:
+    """Return runs that should be moving and are not.
+
+    - running with an expired lease: its worker died mid-step;
+    - queued past the grace period with no lease: its start message was lost;
+    - suspended with every suspend approval decided, auto_resume on, the last decision
+      past the grace period: its resume message was lost.
+    """
+    dead = Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+    lost_start = Q(status=Run.Status.QUEUED, lease_expires_at__isnull=True, created_at__lt=grace)
+    stranded = list(Run.objects.filter(dead | lost_start).values_list("id", flat=True))
+    decided = (
+        Run.objects.filter(status=Run.Status.SUSPENDED, auto_resume=True)
+        .filter(~pending_suspend_approvals())
+        .annotate(last_decision=Max("approvals__decided_at"))
+        .filter(last_decision__lt=grace)
+    )
+    return stranded + list(decided.values_list("id", flat=True))

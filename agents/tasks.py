@@ -1,0 +1,30 @@
+"""Celery tasks: thin, idempotent, acks_late; each takes ids and calls one function."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from agents import runtime, sweeper
+from agents.runtime.execution import execute_deferred
+
+# Longer than any sane model or tool call; the lease keeper renews meanwhile.
+_TIME_LIMIT = 15 * 60
+
+
+@shared_task(acks_late=True, time_limit=_TIME_LIMIT, soft_time_limit=_TIME_LIMIT - 30)
+def run_drive(run_id: str) -> str:
+    """Start or resume a run; a duplicate finds the lease taken and does nothing."""
+    return runtime.drive(run_id).status
+
+
+@shared_task(acks_late=True, time_limit=_TIME_LIMIT, soft_time_limit=_TIME_LIMIT - 30)
+def toolcall_execute_deferred(tool_call_pk: int) -> str:
+    """Run a decided deferred call once, or record its rejection."""
+    return execute_deferred(tool_call_pk)
+
+
+@shared_task(acks_late=True, time_limit=120)
+def sweep() -> dict[str, int]:
+    """Beat: expire overdue approvals and re-enqueue stranded runs and deferred calls."""
+    report = sweeper.sweep()
+    return {"expired": report.expired, "runs": len(report.runs), "deferred": len(report.deferred)}

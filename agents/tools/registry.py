@@ -1,0 +1,175 @@
+"""The tool registry: a tool is a typed Python function; its JSON schema comes from its signature.
+
+```python
+@tool(check=_refund_is_possible)
+def refund_request(ctx: ToolContext, order_id: str, amount_cents: int) -> dict: ...
+```
+`check` runs on validated arguments before anyone is asked; a ToolError from it goes back
+to the model and no approval is opened. A tool may ask a person itself by calling
+`feedback_required(payload)` before it does anything; it is then called again, once, with
+the reviewer's payload in `ctx.approval_payload`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, get_type_hints
+
+from django.conf import settings
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+BUILTIN_TOOL_MODULES = ("agents.tools.demo",)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    run_id: str
+    tool_call_id: str
+    # Pass it to external systems so that they, too, apply the effect once.
+    idempotency_key: str
+    approval_id: str | None = None
+    approval_payload: dict[str, Any] | None = None
+    approval_note: str = ""
+    edited: bool = False
+
+
+class ToolError(Exception):
+    """A tool refuses or fails in a way the model should read and adapt to."""
+
+    def __init__(self, message: str, *, code: str = "TOOL_ERROR") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class FeedbackRequired(Exception):
+    """Raised by a tool, before any side effect, to put a question to a person."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        super().__init__("feedback required")
+        self.payload = payload
+
+
+def feedback_required(payload: dict[str, Any]) -> NoReturn:
+    """Ask a person for a decision with this payload; the tool runs again with their answer."""
+    raise FeedbackRequired(payload)
+
+
+class InvalidArguments(Exception):
+    """Arguments do not fit the tool's schema; `field` names the first bad one."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    func: Callable[..., Any]
+    args_model: type[BaseModel]
+    check: Callable[..., None] | None = None
+
+    def parameters_schema(self) -> dict[str, Any]:
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        return schema
+
+    def spec(self) -> dict[str, Any]:
+        """Return the OpenAI function-tool description of this tool."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters_schema()},
+        }
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        """Return the arguments coerced to the schema, or raise InvalidArguments."""
+        if not isinstance(arguments, dict):
+            raise InvalidArguments(f"arguments of {self.name} must be a JSON object, not {type(arguments).__name__}")
+        try:
+            return self.args_model.model_validate(arguments).model_dump(mode="json")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field_name = ".".join(str(part) for part in first["loc"])
+            raise InvalidArguments(f"{field_name}: {first['msg']}", field=field_name) from None
+
+    def check_arguments(self, arguments: dict[str, Any]) -> None:
+        """Run the tool's own check before anyone is asked; raises ToolError."""
+        if self.check is not None:
+            self.check(**arguments)
+
+    def __call__(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
+        return self.func(ctx, **arguments)
+
+
+@dataclass
+class Registry:
+    tools: dict[str, Tool] = field(default_factory=dict)
+
+    def add(self, tool_: Tool) -> None:
+        existing = self.tools.get(tool_.name)
+        if existing is not None and existing.func.__qualname__ != tool_.func.__qualname__:
+            raise ValueError(f"two tools are named {tool_.name!r}")
+        self.tools[tool_.name] = tool_
+
+    def get(self, name: str) -> Tool | None:
+        return self.tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self.tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self.tools.values())
+
+
+registry = Registry()
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    check: Callable[..., None] | None = None,
+) -> Any:
+    """Register a function as a tool; its first parameter receives the ToolContext."""
+
+    def register(fn: Callable[..., Any]) -> Tool:
+        tool_ = Tool(
+            name=name or fn.__name__,
+            description=description or inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0],
+            func=fn,
+            args_model=_arguments_model(fn),
+            check=check,
+        )
+        registry.add(tool_)
+        return tool_
+
+    return register(func) if func is not None else register
+
+
+def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
+    hints = get_type_hints(fn, include_extras=True)
+    params = list(inspect.signature(fn).parameters.values())[1:]  # the first is ctx
+    fields: dict[str, Any] = {}
+    for param in params:
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (hints.get(param.name, Any), default)
+    config = ConfigDict(extra="forbid")
+    return create_model(f"{fn.__name__}_arguments", __config__=config, **fields)
+
+
+def load_tool_modules() -> None:
+    """Import the built-in tools and those AGENTFAST_TOOL_MODULES names, registering them."""
+    for module in (*BUILTIN_TOOL_MODULES, *settings.AGENTFAST_TOOL_MODULES):
+        importlib.import_module(module)

@@ -1,0 +1,167 @@
+"""Shared fixtures: a real Redis, named users, real Celery worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from agents import embedded_redis, services
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class RedisControl:
+    """The test run's own redis-server, which a test may stop and start again."""
+
+    def __init__(self, sock: Path, workdir: Path) -> None:
+        self.sock, self.workdir = sock, workdir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        embedded_redis.stop(self.sock)  # a leftover from an interrupted run
+        self.process = embedded_redis.start(self.sock, workdir=self.workdir, daemonize=False)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def flush(self) -> None:
+        import redis
+
+        redis.Redis.from_url(settings.REDIS_URL).flushall()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisControl]:
+    control = RedisControl(embedded_redis.socket_path(settings.VAR_DIR), settings.VAR_DIR)
+    control.start()
+    yield control
+    control.stop()
+
+
+@pytest.fixture(autouse=True)
+def _redis(redis_server: RedisControl) -> RedisControl:
+    """Every test gets a running Redis (a test that stopped it gets it back)."""
+    if not embedded_redis.is_up(redis_server.sock):
+        redis_server.start()
+    return redis_server
+
+
+@pytest.fixture
+def alice(db):  # noqa: ANN001, ANN201
+    user, _ = services.user_create(username="alice", role="reviewer", password="alice-password")
+    return user
+
+
+@pytest.fixture
+def bob(db):  # noqa: ANN001, ANN201
+    user, _ = services.user_create(username="bob", role="reviewer", password="bob-password")
+    return user
+
+
+@pytest.fixture
+def carol(db):  # noqa: ANN001, ANN201
+    user, _ = services.user_create(username="carol", role="admin", password="carol-password")
+    return user
+
+
+def database_url() -> str:
+    """Return a DATABASE_URL naming the test database, for processes the tests start."""
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """Return the environment for a worker or CLI process of this test run."""
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DATABASE_URL=database_url(),
+        PYTHONPATH=str(ROOT),
+        AGENTFAST_LEASE_SECONDS="2",
+        AGENTFAST_SWEEP_SECONDS="0.5",
+        AGENTFAST_SWEEP_GRACE_SECONDS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+class Worker:
+    """A real `celery worker` process (with its beat sweeper), killable with SIGKILL."""
+
+    def __init__(self, log: Path, env: dict[str, str]) -> None:
+        self.log_path = log
+        self.log = log.open("ab")
+        args = [
+            sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--pool=solo", "--beat",
+            "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "--schedule", str(log.with_suffix(".beat")),
+        ]
+        self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if b" ready." in self.log_path.read_bytes():
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"worker did not start:\n{self.log_path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker, as a crash or an OOM kill would."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def start_worker(transactional_db, tmp_path: Path) -> Iterator[Callable[..., Worker]]:  # noqa: ANN001
+    """Start real worker processes against the test database; all are stopped afterwards."""
+    workers: list[Worker] = []
+
+    def start(**env: str) -> Worker:
+        worker = Worker(tmp_path / f"worker{len(workers)}.log", child_env(**env))
+        workers.append(worker)
+        worker.wait_ready()
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+
+
+def wait_for(predicate: Callable[[], object], *, timeout: float = 30, what: str = "condition") -> object:
+    """Poll until predicate() is truthy; fail the test with `what` after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,31 @@
+"""Tools only the tests use: they let a test stop a worker at an exact point."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from agents import services
+from agents.tools import ToolContext, tool
+
+
+@tool
+def charge_card(ctx: ToolContext, customer: str, amount_cents: int) -> dict[str, Any]:
+    """Charge a customer's card; with MARKER_DIR set, pause after the effect (crash tests)."""
+    services.sideeffect_record(
+        tool="charge_card", idempotency_key=ctx.idempotency_key, arguments={"customer": customer, "amount_cents": amount_cents}
+    )
+    marker_dir = os.environ.get("AGENTFAST_TEST_MARKER_DIR")
+    if marker_dir:
+        # The effect is committed but its result is not: a kill now leaves the claim in doubt.
+        Path(marker_dir, f"{ctx.tool_call_id}.effect").touch()
+        time.sleep(float(os.environ.get("AGENTFAST_TEST_TOOL_SLEEP", "0")))
+    return {"charged": amount_cents, "customer": customer}
+
+
+@tool
+def explode(ctx: ToolContext, reason: str) -> dict[str, Any]:
+    """Raise an unexpected exception (a buggy tool)."""
+    raise RuntimeError(reason)
