@@ -65,6 +65,7 @@ def _send(groups: list[str], message: dict[str, Any]) -> None:
     # by replaying RunEvent.
     from channels.layers import get_channel_layer
 
+    global _layer_down
     layer = get_channel_layer()
     if layer is None:
         return
@@ -72,4 +73,12 @@ def _send(groups: list[str], message: dict[str, Any]) -> None:
         for group in groups:
             async_to_sync(layer.group_send)(group, message)
     except Exception as exc:  # noqa: BLE001 — any transport failure is non-fatal here
-        logger.warning("could not push %s event of %s to the channel layer: %s", message["event"], message["run_id"], exc)
+        # Say it once per outage, not once per streamed token.
+        log = logger.debug if _layer_down else logger.warning
+        log("could not push %s events to the channel layer (viewers will replay them): %s", message["event"], exc)
+        _layer_down = True
+    else:
+        _layer_down = False
+
+
+_layer_down = False

@@ -41,6 +41,10 @@ def broker_reachable(timeout: float = 2.0) -> tuple[bool, str]:
         url = connection.as_uri()
         try:
             connection.ensure_connection(max_retries=1, timeout=timeout)
+            # A pooled Redis connection can look established after the server died: ping it.
+            client = getattr(connection.default_channel, "client", None)
+            if client is not None:
+                client.ping()
         except Exception as exc:  # noqa: BLE001
             return False, f"{url} ({exc})"
     return True, url

@@ -44,6 +44,7 @@ def _database(url: str | None) -> dict[str, object]:
 
 
 def _sqlite(path: Path) -> dict[str, object]:
+    path.parent.mkdir(parents=True, exist_ok=True)
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN,
     # so two processes racing on a compare-and-set queue up instead of failing with
     # "database is locked" when a DEFERRED reader tries to upgrade.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def redis_server() -> Iterator[RedisControl]:
     control.start()
     yield control
     control.stop()
+    shutil.rmtree(settings.VAR_DIR, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -165,3 +167,16 @@ def wait_for(predicate: Callable[[], object], *, timeout: float = 30, what: str 
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def agent_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Path]:
+    """Point the engine at a config file with the given YAML text; return its path."""
+
+    def write(text: str) -> Path:
+        path = tmp_path / "agentfast.yaml"
+        path.write_text(text)
+        monkeypatch.setenv("AGENTFAST_CONFIG", str(path))
+        return path
+
+    return write

@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_VAR = Path(__file__).resolve().parent.parent / "var" / "test"
-os.environ["AGENTFAST_VAR_DIR"] = str(_VAR)
+# One folder per test run (its Redis socket and SQLite files), so two runs side by side
+# never share a database or stop each other's Redis; worker processes inherit it.
+_RUN_DIR = Path(__file__).resolve().parent.parent / "var" / "test" / str(os.getpid())
+os.environ.setdefault("AGENTFAST_TEST_VAR_DIR", str(_RUN_DIR))
+os.environ["AGENTFAST_VAR_DIR"] = os.environ["AGENTFAST_TEST_VAR_DIR"]
 os.environ.pop("REDIS_URL", None)
 
 from dashboard.settings import *  # noqa: E402,F403

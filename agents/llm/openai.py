@@ -37,13 +37,15 @@ class OpenAIModel:
                 return _from_message(self.client.chat.completions.create(**request))
             stream = self.client.chat.completions.create(**request, stream=True)
             return _from_stream(stream, on_delta)
-        except openai.OpenAIError as exc:
+        except (openai.OpenAIError, ModelError) as exc:
+            # Name the model in every failure: it becomes the run's error a person reads.
             raise ModelError(f"{self.name}: {exc}") from exc
 
 
 def _from_message(completion: Any) -> AssistantTurn:
-    if not completion.choices:
-        raise ModelError("the endpoint returned no choices")
+    # A body that is not JSON (a proxy's error page) comes back from the SDK as a str.
+    if not getattr(completion, "choices", None):
+        raise ModelError(f"the endpoint returned no choices: {str(completion)[:200]!r}")
     message = completion.choices[0].message
     calls = [
         ProposedCall(id=call.id or "", name=call.function.name or "", arguments=call.function.arguments or "")
@@ -56,9 +58,11 @@ def _from_stream(stream: Any, on_delta: DeltaSink) -> AssistantTurn:
     """Join streamed chunks: text deltas go to on_delta, tool-call fragments by index."""
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
+    finished = False
     for chunk in stream:
         if not chunk.choices:
             continue
+        finished = finished or chunk.choices[0].finish_reason is not None
         delta = chunk.choices[0].delta
         if delta.content:
             text.append(delta.content)
@@ -69,5 +73,8 @@ def _from_stream(stream: Any, on_delta: DeltaSink) -> AssistantTurn:
             if fragment.function is not None:
                 call["name"] += fragment.function.name or ""
                 call["arguments"] += fragment.function.arguments or ""
+    if not finished:
+        # A dropped connection ends the stream quietly: half an answer must not pass as whole.
+        raise ModelError("the stream ended before the model finished its turn (no finish_reason)")
     proposed = [ProposedCall(**calls[index]) for index in sorted(calls)]
     return AssistantTurn(content="".join(text), tool_calls=proposed)

@@ -128,8 +128,11 @@ def run_cancel(*, run_id: str, by: str) -> Run:
     return run
 
 
-def run_request_resume(*, run_id: str) -> Run:
-    """Enqueue a run that has work to do; refuse, saying why, when it has none."""
+def run_request_resume(*, run_id: str, enqueue: bool = True) -> Run:
+    """Check that a run has work to do and enqueue it; refuse, saying why, when it has none.
+
+    Without `enqueue` the caller drives the run itself (the CLI's --inline, the playground).
+    """
     with transaction.atomic():
         run = _get(run_id)
         if run.status == Run.Status.FAILED:
@@ -146,7 +149,8 @@ def run_request_resume(*, run_id: str) -> Run:
                 raise WrongState(f"run {run_id} waits on {len(waiting)} pending approval(s): {', '.join(waiting)}")
         elif run.lease_expires_at and run.lease_expires_at > timezone.now():
             raise WrongState(f"run {run_id} is being driven by {run.lease_owner} (lease until {run.lease_expires_at:%H:%M:%S})")
-        queue.drive_on_commit(run_id)
+        if enqueue:
+            queue.drive_on_commit(run_id)
     return _get(run_id)
 
 

@@ -1,0 +1,203 @@
+"""What the bench needs before and around Django: env, a fresh database, Redis, a worker.
+
+Nothing here imports Django (prepare() runs before django.setup()).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from agents import embedded_redis
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR_DIR = ROOT / "var" / "bench"
+AGENT = "bench"
+PROMPT = "Email bob@example.com that his refund is on its way"
+
+# One agent, one tool, gated and suspending: the demo model calls send_email at once.
+CONFIG = """\
+# Written by `python -m bench`; overwritten on every run.
+agents:
+  bench:
+    description: Benchmark agent (one gated tool call, no lookups).
+    model: demo
+    system_prompt: You are a customer-support agent.
+    tools: [send_email]
+    max_steps: 10
+tool_overrides:
+  send_email: {risk: high, hitl_mode: suspend}
+"""
+
+
+class BenchError(RuntimeError):
+    """The bench cannot run, or the engine did not do what the flow expects."""
+
+
+@dataclass(frozen=True)
+class Target:
+    engine: str  # "sqlite" or "postgresql"
+    label: str  # where the data lives, for the report
+    database_url: str | None  # what DATABASE_URL the worker gets (None: the settings default)
+
+
+def prepare() -> Target:
+    """Set the environment Django will read and create a fresh bench database."""
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    config = VAR_DIR / "bench.yaml"
+    config.write_text(CONFIG)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
+    os.environ["AGENTFAST_VAR_DIR"] = str(VAR_DIR)
+    os.environ["AGENTFAST_CONFIG"] = str(config)
+    os.environ.pop("REDIS_URL", None)  # the bench's own embedded Redis, never a shared one
+    os.environ.pop("AGENTFAST_TOOL_MODULES", None)
+    # Production-like: no connection.queries bookkeeping on every statement.
+    os.environ["DJANGO_DEBUG"] = "0"
+    os.environ.setdefault("AGENTFAST_LOG_LEVEL", "WARNING")
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        path = VAR_DIR / "agentfast.sqlite3"
+        _remove_sqlite(path)
+        return Target("sqlite", _relative(path), None)
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        path = Path(unquote(parts.path))
+        _require_bench_name(path.name, url)
+        _remove_sqlite(path)
+        return Target("sqlite", _relative(path), url)
+    if parts.scheme in {"postgres", "postgresql"}:
+        name = unquote(parts.path.lstrip("/"))
+        _require_bench_name(name, url)
+        _recreate_postgres(parts, name)
+        where = f"{name} @ {parts.hostname or 'localhost'}:{parts.port or 5432}"
+        return Target("postgresql", where, url)
+    raise BenchError(f"DATABASE_URL: unsupported scheme {parts.scheme!r} (use postgres:// or sqlite://)")
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _require_bench_name(name: str, url: str) -> None:
+    # The bench deletes its database first: never let it near a database of other use.
+    if "bench" not in name.lower():
+        raise BenchError(
+            f"refusing to recreate {name!r} from DATABASE_URL={url}: the bench drops its database "
+            "first, so its name must contain 'bench' (e.g. postgres://postgres@127.0.0.1:5432/agentfast_bench)"
+        )
+
+
+def _remove_sqlite(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _recreate_postgres(parts, name: str) -> None:  # noqa: ANN001
+    import psycopg
+    from psycopg import sql
+
+    params = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 5432,
+        "user": unquote(parts.username or "postgres"),
+        "dbname": "postgres",
+        "autocommit": True,
+        "connect_timeout": 5,
+    }
+    if parts.password:
+        params["password"] = unquote(parts.password)
+    try:
+        with psycopg.connect(**params) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        raise BenchError(f"cannot recreate the PostgreSQL database {name!r}: {exc}") from None
+
+
+# -- Redis --------------------------------------------------------------------------
+
+
+def start_redis() -> subprocess.Popen[bytes]:
+    """Start a private redis-server on var/bench's socket; the caller stops it."""
+    sock = embedded_redis.socket_path(VAR_DIR)
+    embedded_redis.stop(sock)  # a leftover of an interrupted bench
+    process = embedded_redis.start(sock, workdir=VAR_DIR, daemonize=False)
+    if process is None:
+        raise BenchError(f"a Redis still answers on {sock}; stop it first")
+    return process
+
+
+def stop_redis(process: subprocess.Popen[bytes] | None) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)
+
+
+# -- the Celery worker --------------------------------------------------------------
+
+_workers: list[Worker] = []
+
+
+class Worker:
+    """A real `celery -A dashboard worker --pool=solo` process on the bench DB and Redis."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.log = log_path.open("wb")
+        env = dict(os.environ)  # prepare() already set the bench's settings, DB and config
+        env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+        args = [
+            sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--pool=solo",
+            "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+        ]
+        self.process = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        _workers.append(self)
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if b" ready." in self.log_path.read_bytes():
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise BenchError(f"the worker did not start:\n{self.log_path.read_text(errors='replace')[-3000:]}")
+
+    def stop(self) -> None:
+        """SIGTERM the worker's process group, SIGKILL it if it lingers."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+        self.log.close()
+        if self in _workers:
+            _workers.remove(self)
+
+
+def stop_workers() -> None:
+    """Stop every worker this process started (the bench's last line of defence)."""
+    for worker in list(_workers):
+        worker.stop()

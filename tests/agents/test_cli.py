@@ -1,0 +1,167 @@
+"""The `agentfast` CLI: every command, its --json shapes, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agents import cli
+from agents.models import Approval, AuditEntry, Run, SideEffect
+from tests.conftest import ROOT, child_env, wait_for
+from tests.support.flows import pending, start
+
+REFUND = "Refund order A1001 for 25.00 USD"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_it_starts_a_run_inline_and_prints_its_id_and_status_as_json(db, capsys):
+    code, out, _ = run_cli(capsys, "runs", "start", "--agent", "support", "--inline", "--json", REFUND)
+
+    assert code == 0
+    body = json.loads(out)
+    assert set(body) == {"id", "status"} and body["status"] == "suspended"
+    assert Run.objects.get(pk=body["id"]).status == "suspended"
+
+
+def test_it_lists_and_shows_approvals(db, capsys):
+    run = start(REFUND)
+    [approval] = pending(run)
+
+    code, out, _ = run_cli(capsys, "approvals", "list", "--json")
+    assert code == 0
+    [row] = json.loads(out)
+    assert set(row) == {"id", "run_id", "tool", "arguments", "mode", "status", "created_at"}
+    assert (row["id"], row["run_id"], row["tool"], row["mode"]) == (approval.id, run.id, "refund_request", "suspend")
+
+    code, out, _ = run_cli(capsys, "approvals", "list")
+    assert approval.id in out and "refund_request" in out and out.startswith("ID")
+
+    code, out, _ = run_cli(capsys, "approvals", "show", approval.id, "--json")
+    detail = json.loads(out)
+    assert {"decided_by", "decided_at", "note"} <= set(detail)
+    assert detail["arguments"] == {"order_id": "A1001", "amount_cents": 2500}
+
+
+def test_it_approves_through_the_cli_and_the_run_finishes(db, capsys):
+    run = start(REFUND)
+    [approval] = pending(run)
+
+    code, out, _ = run_cli(capsys, "approvals", "approve", approval.id, "--by", "alice@ops", "--no-resume")
+    assert code == 0 and "Approved" in out
+    code, out, _ = run_cli(capsys, "runs", "resume", run.id, "--inline", "--json")
+    assert code == 0 and json.loads(out)["status"] == "completed"
+
+    code, out, _ = run_cli(capsys, "runs", "show", run.id, "--json")
+    shown = json.loads(out)
+    assert shown["status"] == "completed"
+    assert {"call_id", "name", "arguments", "status", "executed_at", "result"} <= set(shown["tool_calls"][1])
+    assert shown["approvals"] == [
+        {"id": approval.id, "tool": "refund_request", "mode": "suspend", "status": "approved", "decided_by": "alice@ops", "note": ""}
+    ]
+    assert AuditEntry.objects.get(approval_id=approval.id).source == "cli"
+
+    code, out, _ = run_cli(capsys, "effects", "list", "--json")
+    [effect] = json.loads(out)
+    assert set(effect) == {"tool", "idempotency_key", "arguments", "created_at"}
+    assert effect["idempotency_key"] == approval.id
+
+
+def test_it_rejects_with_a_note_and_edits_arguments(db, capsys):
+    run = start(REFUND)
+    [approval] = pending(run)
+    code, _, _ = run_cli(capsys, "approvals", "reject", approval.id, "--by", "alice@ops", "--note", "customer already refunded", "--no-resume")
+    assert code == 0
+    assert Approval.objects.get(pk=approval.id).note == "customer already refunded"
+
+    other = start(REFUND)
+    [edit] = pending(other)
+    code, _, _ = run_cli(capsys, "approvals", "approve", edit.id, "--by", "alice@ops", "--no-resume", "--args", '{"order_id": "A1001", "amount_cents": 1200}')
+    assert code == 0
+    assert Approval.objects.get(pk=edit.id).arguments == {"order_id": "A1001", "amount_cents": 1200}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["approvals", "approve", "appr_missing", "--by", "a"], "no approval appr_missing"),
+        (["approvals", "show", "appr_missing"], "no approval appr_missing"),
+        (["runs", "show", "run_missing"], "no run run_missing"),
+        (["runs", "start", "--agent", "nobody", "--inline", "hi"], "unknown agent 'nobody'"),
+    ],
+)
+def test_it_exits_non_zero_with_one_line_for_unknown_things(db, capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv)
+
+    assert code == 1
+    assert err.count("\n") == 1 and message in err and err.startswith("agentfast: ")
+    assert not Run.objects.exists() or argv[0] != "runs" or argv[1] != "start"
+
+
+def test_it_refuses_bad_arguments_and_a_second_different_decision_changing_nothing(db, capsys):
+    run = start(REFUND)
+    [approval] = pending(run)
+
+    code, _, err = run_cli(capsys, "approvals", "approve", approval.id, "--by", "a", "--args", "{not json")
+    assert code == 1 and "--args is not valid JSON" in err and err.count("\n") == 1
+    code, _, err = run_cli(capsys, "approvals", "approve", approval.id, "--by", "a", "--args", '{"order_id": "A1001", "amount_cents": "x"}')
+    assert code == 1 and "amount_cents" in err and err.count("\n") == 1
+    assert Approval.objects.get(pk=approval.id).status == "pending"
+
+    assert run_cli(capsys, "approvals", "approve", approval.id, "--by", "alice", "--no-resume")[0] == 0
+    code, _, err = run_cli(capsys, "approvals", "reject", approval.id, "--by", "bob")
+    assert code == 1 and "already approved by alice" in err
+    assert Approval.objects.get(pk=approval.id).status == "approved"
+
+
+def test_it_refuses_to_start_a_run_without_a_broker_and_creates_nothing(db, capsys, redis_server):
+    redis_server.stop()
+    try:
+        code, _, err = run_cli(capsys, "runs", "start", "--agent", "support", REFUND)
+    finally:
+        redis_server.start()
+
+    assert code == 1 and "cannot reach the broker" in err and err.count("\n") == 1
+    assert not Run.objects.exists()
+
+
+def test_it_creates_users_with_roles(db, capsys):
+    code, out, _ = run_cli(capsys, "users", "create", "dora", "--role", "reviewer")
+    assert code == 0 and "created reviewer dora with password" in out
+    code, _, err = run_cli(capsys, "users", "create", "dora", "--role", "admin")
+    assert code == 1 and "already exists" in err
+
+    from django.contrib.auth.models import User
+
+    dora = User.objects.get(username="dora")
+    assert dora.has_perm("agents.decide_approval") and not dora.has_perm("agents.view_auditentry")
+
+
+@pytest.mark.integration
+def test_it_runs_the_readme_flow_with_the_console_script_and_a_worker(start_worker):
+    """The README's four commands, as separate processes, with a real worker resuming."""
+    start_worker()
+    env = child_env()
+    agentfast = [sys.executable, "-m", "agents.cli"]
+
+    def call(*argv: str) -> str:
+        done = subprocess.run([*agentfast, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    started = json.loads(call("runs", "start", "--agent", "support", "--wait", "--json", REFUND))
+    assert started["status"] == "suspended"
+    [row] = json.loads(call("approvals", "list", "--json"))
+    call("approvals", "approve", row["id"], "--by", "alice@ops")
+
+    wait_for(lambda: Run.objects.get(pk=started["id"]).status == "completed", what="the worker to resume the run")
+    shown = json.loads(call("runs", "show", started["id"], "--json"))
+    assert "Refunded 25.00 USD" in shown["messages"][-1]["content"]
+    assert SideEffect.objects.filter(idempotency_key=row["id"]).count() == 1
