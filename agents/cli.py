@@ -28,7 +28,10 @@ class CliError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "handler", None) is not _worker:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.celery_args = extra
     if not hasattr(args, "handler"):
         parser.print_help()
         return EXIT_USAGE
@@ -83,8 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = _command(groups, "serve", _serve, "serve the web app and API with daphne")
     serve.add_argument("--host", default=os.environ.get("AGENTFAST_HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("AGENTFAST_PORT", "8321")))
-    worker = _command(groups, "worker", _worker, "run a Celery worker (extra arguments go to celery)")
-    worker.add_argument("celery_args", nargs=argparse.REMAINDER)
+    _command(groups, "worker", _worker, "run a Celery worker (extra arguments go to celery worker)")
     return parser
 
 
@@ -403,8 +405,7 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    extra = [a for a in args.celery_args if a != "--"]
-    os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--loglevel=INFO", *extra])
+    os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--loglevel=INFO", *args.celery_args])
 
 
 # -- output helpers ----------------------------------------------------------------------

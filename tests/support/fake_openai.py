@@ -108,7 +108,8 @@ class FakeOpenAI:
         self.errors: list[str] = []
         self.httpd = ThreadingHTTPServer((host, port), _handler_for(self))
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="fake-openai", daemon=True)
+        # A short poll interval: shutdown() waits up to one, after every test.
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), name="fake-openai", daemon=True)
 
     @property
     def base_url(self) -> str:
