@@ -59,7 +59,8 @@ class Txn:
 @dataclass
 class PhaseStats:
     statements: Counter = field(default_factory=Counter)
-    db_seconds: float = 0.0
+    db_seconds: float = 0.0  # executing statements (an autocommit write includes its commit)
+    commit_seconds: float = 0.0  # COMMIT of atomic blocks (connection._commit)
     push_seconds: float = 0.0  # agents.events._send: the Channels-layer push after commit
     pushes: int = 0
     enqueue_seconds: float = 0.0  # agents.queue._send: the Celery publish after commit
@@ -129,10 +130,22 @@ class Recorder:
 
 @contextmanager
 def recording(recorder: Recorder) -> Iterator[Recorder]:
-    """Install the recorder on the default connection, and time the engine's pushes."""
+    """Install the recorder on the default connection; time its commits and the engine's pushes."""
+    from django.db import connections
+
     from agents import events, queue
 
     real_send, real_enqueue = events._send, queue._send
+    wrapper = connections["default"]
+    real_commit = wrapper._commit
+
+    def timed_commit() -> None:
+        stats = recorder.stats()
+        started = time.perf_counter()
+        try:
+            real_commit()
+        finally:
+            stats.commit_seconds += time.perf_counter() - started
 
     def timed_send(groups: list[str], message: dict[str, Any]) -> None:
         stats = recorder.stats()
@@ -153,11 +166,13 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
 
     # events.publish / queue.*_on_commit look these names up at call time.
     events._send, queue._send = timed_send, timed_enqueue
+    wrapper._commit = timed_commit  # this connection object only, for this pass
     try:
         with connection.execute_wrapper(recorder):
             yield recorder
     finally:
         events._send, queue._send = real_send, real_enqueue
+        del wrapper._commit
 
 
 class EffectClock:

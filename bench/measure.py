@@ -18,6 +18,8 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +130,19 @@ def in_process(runs: int, warmup: int) -> InProcess:
             result.completed.append(ms(t4 - t2))
             result.last_run_id = run_id
     return result
+
+
+@contextmanager
+def pushes_stubbed() -> Iterator[None]:
+    """What-if only: replace the Channels push after commit (agents.events._send) by a no-op."""
+    from agents import events
+
+    real = events._send
+    events._send = lambda groups, message: None
+    try:
+        yield
+    finally:
+        events._send = real
 
 
 # -- queries and transactions per phase ------------------------------------------------

@@ -19,6 +19,7 @@ def build(
     *,
     meta: dict[str, Any],
     local: InProcess,
+    whatif: InProcess,
     counted: Counted,
     stored: Storage,
     celery: ThroughCelery | None,
@@ -30,6 +31,9 @@ def build(
         "resume_decide_call": summary(local.decide),
         "round_trip": summary(local.round_trip),
         "resume_to_completed": summary(local.completed),
+        "whatif_no_push_pause": summary(whatif.pause),
+        "whatif_no_push_resume": summary(whatif.resume),
+        "whatif_no_push_round_trip": summary(whatif.round_trip),
     }
     if celery is not None:
         latency["celery_decision_to_effect_polled"] = summary(celery.visible)
@@ -44,10 +48,14 @@ def build(
             "write_txns": len(stats.write_txns) / n,
             "txns": len(stats.txns) / n,
             "db_ms": stats.db_seconds * 1000 / n,
+            "commit_ms": stats.commit_seconds * 1000 / n,
             "push_ms": stats.push_seconds * 1000 / n,
             "pushes": stats.pushes / n,
             "enqueue_ms": stats.enqueue_seconds * 1000 / n,
             "wall_ms": stats.wall_seconds * 1000 / n,
+            "rest_ms": (
+                stats.wall_seconds - stats.db_seconds - stats.commit_seconds - stats.push_seconds - stats.enqueue_seconds
+            ) * 1000 / n,
             "sample_txns": counted.sample.get(phase, []),
         }
     rows = sum(stored.rows.values())
@@ -104,16 +112,19 @@ def render(data: dict[str, Any]) -> str:
     add(
         f"runs: {meta['runs']} in process (+{meta['warmup']} warm-up), "
         f"{meta['celery_runs'] or 0} through Celery (+{meta['celery_warmup']} warm-up); "
-        f"bench time {meta['seconds']:.1f} s"
+        f"bench time {meta['seconds']:.1f} s; load average {meta['loadavg_1m']:.2f} on {meta['cpus']} CPUs"
     )
     add("")
-    add(f"{'LATENCY':<62}{'n':>5}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}")
+    add(f"{'LATENCY':<64}{'n':>5}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}")
     lines = [
         ("pause", "pause       run_create → run suspended & committed (in process)"),
         ("resume", "resume      decision → SideEffect committed (in process)"),
         ("resume_decide_call", "              of which approval_decide(auto_resume=False)"),
         ("round_trip", "round trip  pause + resume of one run (in process)"),
         ("resume_to_completed", "            decision → run completed (drive() returned)"),
+        ("whatif_no_push_pause", "what-if     pause, Channels push stubbed out (bench-only no-op)"),
+        ("whatif_no_push_resume", "            resume, Channels push stubbed out"),
+        ("whatif_no_push_round_trip", "            round trip, Channels push stubbed out"),
         ("celery_decision_to_effect_polled", "celery      decision → SideEffect row seen (polled every {poll} ms)"),
         ("celery_decision_to_effect_db_clock", "            Approval.decided_at → SideEffect.created_at"),
         ("celery_decide_call", "            approval_decide() call incl. enqueue on commit"),
@@ -123,25 +134,28 @@ def render(data: dict[str, Any]) -> str:
             continue
         s = lat[key]
         label = label.format(poll=f"{data['celery_poll_interval_ms']:g}" if data["celery_poll_interval_ms"] else "")
-        add(f"{label:<62}{s['n']:>5}{s['p50_ms']:>9.2f}{s['p95_ms']:>9.2f}{s['max_ms']:>9.2f}")
+        add(f"{label:<64}{s['n']:>5}{s['p50_ms']:>9.2f}{s['p95_ms']:>9.2f}{s['max_ms']:>9.2f}")
+    add("  (what-if: agents.events._send replaced by a no-op in this process — how much the push after commit")
+    add("   costs, all knock-on effects included; not a figure of the engine as it is.)")
     if "celery_decision_to_effect_polled" in lat:
-        add("  (decided_at and created_at are the app's timezone.now() stored in the rows, one machine clock:")
-        add("   decided_at is set in the decision's UPDATE before its commit; created_at at the INSERT.)")
+        add("  (celery: decided_at and created_at are the app's timezone.now() stored in the rows, one machine clock:")
+        add("   decided_at is set in the decision's UPDATE before its commit; created_at at the INSERT;")
+        add("   the target is judged on the polled figure, the end-to-end one seen by a client.)")
     add("")
     bytes_how = (
         "sum(pg_column_size(t.*))" if meta["engine"] == "postgresql"
         else "SQLite record size: header + encoded values, from typeof()/length() of each column"
     )
     add(f"PER PAUSED RUN (mean of {st['paused_runs']} paused runs; bytes = {bytes_how})")
-    add(f"  {'table':<20}{'rows':>7}{'bytes':>9}   {'after completion: rows':>24}{'bytes':>9}")
+    add(f"  {'table':<20}{'rows':>7}{'bytes':>9}   {'a completed run:':<25}{'rows':>5}{'bytes':>9}")
     for table in st["rows"]:
         add(
             f"  {_short(table):<20}{st['rows'][table]:>7.1f}{st['bytes'][table]:>9.0f}   "
-            f"{st['completed_run_rows'].get(table, 0):>24}{st['completed_run_bytes'].get(table, 0):>9}"
+            f"{'':<25}{st['completed_run_rows'].get(table, 0):>5}{st['completed_run_bytes'].get(table, 0):>9}"
         )
     add(
         f"  {'total':<20}{st['rows_total']:>7.1f}{st['bytes_total']:>9.0f}   "
-        f"{sum(st['completed_run_rows'].values()):>24}{sum(st['completed_run_bytes'].values()):>9}"
+        f"{'':<25}{sum(st['completed_run_rows'].values()):>5}{sum(st['completed_run_bytes'].values()):>9}"
     )
     growth = st["growth_per_run"]
     if "total_relation_bytes" in growth:
@@ -156,15 +170,17 @@ def render(data: dict[str, Any]) -> str:
     n = tx["instrumented_runs"]
     add(f"QUERIES & TRANSACTIONS PER PHASE (mean of {n} runs under an execute_wrapper; wall includes its overhead)")
     add(f"  {'phase':<8}{'SELECT':>7}{'INSERT':>7}{'UPDATE':>7}{'DELETE':>7}{'other':>6}"
-        f"{'txns':>6}{'write':>6}{'db ms':>8}{'push ms':>9}{'pushes':>7}{'wall ms':>9}")
+        f"{'txns':>6}{'write':>6}{'db ms':>8}{'commit':>7}{'push ms':>9}{'pushes':>7}{'rest ms':>8}{'wall ms':>9}")
     for phase, p in tx["phases"].items():
         s = p["statements"]
         add(
             f"  {phase:<8}{s['select']:>7.1f}{s['insert']:>7.1f}{s['update']:>7.1f}{s['delete']:>7.1f}{s['other']:>6.1f}"
-            f"{p['txns']:>6.1f}{p['write_txns']:>6.1f}{p['db_ms']:>8.2f}{p['push_ms']:>9.2f}{p['pushes']:>7.1f}{p['wall_ms']:>9.2f}"
+            f"{p['txns']:>6.1f}{p['write_txns']:>6.1f}{p['db_ms']:>8.2f}{p['commit_ms']:>7.2f}{p['push_ms']:>9.2f}{p['pushes']:>7.1f}{p['rest_ms']:>8.2f}{p['wall_ms']:>9.2f}"
         )
     add("  create = run_create; pause = drive() until suspended; decide = approval_decide(auto_resume=False);")
-    add("  resume = drive() to completion. 'other' = BEGIN/SAVEPOINT; 'push' = Channels group_send after commit.")
+    add("  resume = drive() to completion. other = BEGIN/SAVEPOINT; db = statements; commit = COMMIT of atomic")
+    add("  blocks (autocommit statements commit inside db); push = Channels group_send after commit;")
+    add("  rest = wall − db − commit − push: Python (ORM, driver, model, tool, lease-keeper thread).")
     add(
         f"  write transactions run_create → suspended: {tx['write_txns_create_to_suspended']:g} "
         f"(run_create {tx['phases']['create']['write_txns']:g} + pause step {tx['write_txns_pause_step']:g})"

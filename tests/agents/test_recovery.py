@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
-from agents import services
-from agents.models import Approval, Run, SideEffect
+from agents import serializers, services
+from agents.models import Approval, Run, SideEffect, ToolCall
 from tests.conftest import wait_for
+from tests.support.fake_openai import Reply, fake_openai, tool_messages  # noqa: F401 (fixture)
 from tests.support.flows import decide
 
 pytestmark = pytest.mark.integration
@@ -36,3 +41,74 @@ def test_it_loses_no_decision_when_redis_is_down_and_resumes_once_it_is_back(sta
 
     wait_for(lambda: status(run.id) == "completed", timeout=60, what="the sweeper to resume the run")
     assert SideEffect.objects.filter(idempotency_key=approval.id).count() == 1
+
+
+BILLING = """
+agents:
+  billing:
+    model: "openai:test-model"
+    base_url: "{base_url}"
+    tools: [charge_card]
+tool_overrides:
+{overrides}
+"""
+
+
+def billing_script(*, slow_second_turn: float = 0.0) -> Callable[[dict[str, Any]], Reply]:
+    """Charge once, then report what the tool said; optionally hang on the first report."""
+    reports = 0
+
+    def respond(body: dict[str, Any]) -> Reply:
+        nonlocal reports
+        outputs = tool_messages(body)
+        if not outputs:
+            return Reply(tool_calls=[("call_charge", "charge_card", json.dumps({"customer": "c1", "amount_cents": 500}))])
+        reports += 1
+        last = outputs[-1]["content"]
+        delay = slow_second_turn if reports == 1 else 0.0
+        return Reply(content=f"charge outcome: {last.get('error_code') or 'ok'}", delay=delay)
+
+    return respond
+
+
+def test_it_marks_a_claim_in_doubt_after_a_kill_between_effect_and_result(start_worker, agent_config, fake_openai, tmp_path):
+    """kill -9 after the claim and the side effect, before the result is stored."""
+    agent_config(BILLING.format(base_url=fake_openai.base_url, overrides="  charge_card: {risk: high, hitl_mode: suspend}"))
+    fake_openai.script(billing_script())
+    doomed = start_worker(AGENTFAST_TEST_MARKER_DIR=str(tmp_path), AGENTFAST_TEST_TOOL_SLEEP="120")
+    run = services.run_create(agent="billing", input="charge c1 5.00")
+    wait_for(lambda: status(run.id) == "suspended", what="the run to pause")
+    approval = Approval.objects.get(run_id=run.id)
+
+    decide(approval, "approved")
+    wait_for(lambda: (tmp_path / "call_charge.effect").exists(), what="the side effect")
+    doomed.kill()
+    call = ToolCall.objects.get(pk=approval.tool_call_id)
+    assert call.executed_at is not None and call.result is None  # claimed, no result
+
+    start_worker()  # its beat sweeper finds the expired lease
+    wait_for(lambda: status(run.id) == "completed", timeout=60, what="the run to finish via the sweeper")
+
+    call.refresh_from_db()
+    assert call.status == "in_doubt"
+    assert SideEffect.objects.filter(tool="charge_card").count() == 1  # never re-run
+    assert Run.objects.get(pk=run.id).output == "charge outcome: IN_DOUBT"
+    assert serializers.run_detail(Run.objects.get(pk=run.id))["tool_calls"][0]["in_doubt"] is True
+
+
+def test_it_finishes_a_run_whose_worker_was_killed_between_steps(start_worker, agent_config, fake_openai):
+    """kill -9 while the model is thinking about step two; step one's effect is not repeated."""
+    agent_config(BILLING.format(base_url=fake_openai.base_url, overrides="  {}"))
+    fake_openai.script(billing_script(slow_second_turn=8))
+    doomed = start_worker()
+    run = services.run_create(agent="billing", input="charge c1 5.00")
+    wait_for(lambda: len(fake_openai.requests) == 2, what="the second model call")
+    assert SideEffect.objects.filter(tool="charge_card").count() == 1
+    doomed.kill()
+
+    start_worker()
+    wait_for(lambda: status(run.id) == "completed", timeout=60, what="the run to finish via the sweeper")
+
+    assert SideEffect.objects.filter(tool="charge_card").count() == 1
+    assert ToolCall.objects.get(run_id=run.id).status == "succeeded"
+    assert Run.objects.get(pk=run.id).output == "charge outcome: ok"
