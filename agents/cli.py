@@ -225,12 +225,10 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
 
 
 def _runs_start(args: argparse.Namespace) -> None:
-    from agents import queue, runtime, selectors, services
+    from agents import runtime, selectors, services
 
     if not args.inline:
-        reachable, url = queue.broker_reachable()
-        if not reachable:
-            raise CliError(f"cannot reach the broker at {url}: start it with `make run`, or pass --inline to drive the run in this process")
+        _require_broker()
     run = services.run_create(
         agent=args.agent, input=args.prompt, created_by=args.by or getpass.getuser(),
         auto_resume=not args.no_auto_resume, enqueue=not args.inline,
@@ -245,6 +243,14 @@ def _runs_start(args: argparse.Namespace) -> None:
     print(f"{run.id} {run.status}")
     _print_outcome(run)
     return None
+
+
+def _require_broker() -> None:
+    from agents import queue
+
+    reachable, url = queue.broker_reachable()
+    if not reachable:
+        raise CliError(f"cannot reach the broker at {url}: start it with `make run`, or pass --inline to drive the run in this process")
 
 
 def _wait(run_id: str, timeout: float) -> None:
@@ -308,12 +314,10 @@ def _runs_show(args: argparse.Namespace) -> None:
 
 
 def _runs_resume(args: argparse.Namespace) -> None:
-    from agents import queue, runtime, selectors, services
+    from agents import runtime, selectors, services
 
     if not args.inline:
-        reachable, url = queue.broker_reachable()
-        if not reachable:
-            raise CliError(f"cannot reach the broker at {url}: start it with `make run`, or pass --inline")
+        _require_broker()
     run = services.run_request_resume(run_id=args.id, enqueue=not args.inline)
     if args.inline:
         runtime.drive(run.id)
