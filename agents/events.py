@@ -7,10 +7,13 @@ an event that was rolled back, and SSE can replay anything it missed from the ta
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import logging
+import os
+import threading
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 
 from agents.models import RunEvent
@@ -61,24 +64,86 @@ def _append(*, run_id: str, type: str, data: dict[str, Any]) -> int:
 
 
 def _send(groups: list[str], message: dict[str, Any]) -> None:
-    # The row is the truth; a push that fails (Redis down) is logged, and viewers catch up
-    # by replaying RunEvent.
-    from channels.layers import get_channel_layer
-
-    global _layer_down
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        for group in groups:
-            async_to_sync(layer.group_send)(group, message)
-    except Exception as exc:  # noqa: BLE001 — any transport failure is non-fatal here
-        # Say it once per outage, not once per streamed token.
-        log = logger.debug if _layer_down else logger.warning
-        log("could not push %s events to the channel layer (viewers will replay them): %s", message["event"], exc)
-        _layer_down = True
-    else:
-        _layer_down = False
+    _pusher.submit(groups, message)
 
 
-_layer_down = False
+def flush(timeout: float = 5.0) -> None:
+    """Wait until every event handed to the channel layer so far has been sent."""
+    _pusher.flush(timeout)
+
+
+class _Pusher:
+    """Send events to the channel layer from one background event loop per process.
+
+    The caller (a request, a worker mid-step) never waits on Redis: a push costs a queue
+    put. One loop keeps one connection pool (async_to_sync per push would open a new loop
+    and connection every time) and one queue keeps the events of a process in order.
+    A failed push is logged; the RunEvent row is the truth and viewers replay it.
+    """
+
+    def __init__(self) -> None:
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[tuple[list[str], dict[str, Any]]] | None = None
+        self._layer_down = False
+
+    def submit(self, groups: list[str], message: dict[str, Any]) -> None:
+        loop = self._ensure_started()
+        loop.call_soon_threadsafe(self._queue.put_nowait, (groups, message))  # type: ignore[union-attr]
+
+    def flush(self, timeout: float) -> None:
+        if self._pid != os.getpid() or self._loop is None or self._queue is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._queue.join(), self._loop).result(timeout)
+        except Exception:  # noqa: BLE001 — at exit, a slow Redis must not hang the process
+            logger.warning("gave up waiting for %d event(s) to reach the channel layer", self._queue.qsize())
+
+    def _ensure_started(self) -> asyncio.AbstractEventLoop:
+        # Started lazily and again after a fork (Celery's prefork children), since threads
+        # do not survive fork.
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._start()
+        return self._loop  # type: ignore[return-value]
+
+    def _start(self) -> None:
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            self._queue = asyncio.Queue()
+            loop.create_task(self._drain())
+            ready.set()
+            loop.run_forever()
+
+        threading.Thread(target=run, name="agentfast-events", daemon=True).start()
+        ready.wait()
+        self._loop, self._pid = loop, os.getpid()
+
+    async def _drain(self) -> None:
+        from channels.layers import get_channel_layer
+
+        assert self._queue is not None
+        while True:
+            groups, message = await self._queue.get()
+            try:
+                layer = get_channel_layer()
+                if layer is not None:
+                    for group in groups:
+                        await layer.group_send(group, message)
+                self._layer_down = False
+            except Exception as exc:  # noqa: BLE001 — any transport failure is non-fatal here
+                # Say it once per outage, not once per streamed token.
+                log = logger.debug if self._layer_down else logger.warning
+                log("could not push %s events to the channel layer (viewers will replay them): %s", message["event"], exc)
+                self._layer_down = True
+            finally:
+                self._queue.task_done()
+
+
+_pusher = _Pusher()
+atexit.register(flush, 2.0)

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         setup.stop_workers()
+        _flush_events()
         _close_connections()
         setup.stop_redis(redis)
     if args.json:
@@ -141,6 +142,17 @@ def _render(data: dict[str, Any]) -> str:
     from bench import report
 
     return report.render(data)
+
+
+def _flush_events() -> None:
+    # An engine that pushes events from a background thread: let it drain while Redis is up.
+    events = sys.modules.get("agents.events")
+    flush = getattr(events, "flush", None)
+    if callable(flush):
+        try:
+            flush(5.0)
+        except Exception:  # noqa: BLE001 — best effort at exit
+            pass
 
 
 def _close_connections() -> None:

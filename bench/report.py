@@ -179,7 +179,8 @@ def render(data: dict[str, Any]) -> str:
         )
     add("  create = run_create; pause = drive() until suspended; decide = approval_decide(auto_resume=False);")
     add("  resume = drive() to completion. other = BEGIN/SAVEPOINT; db = statements; commit = COMMIT of atomic")
-    add("  blocks (autocommit statements commit inside db); push = Channels group_send after commit;")
+    add("  blocks (autocommit statements commit inside db); push = time the caller spends in agents.events._send")
+    add("  after commit (the Channels group_send, or handing it to a background sender);")
     add("  rest = wall − db − commit − push: Python (ORM, driver, model, tool, lease-keeper thread).")
     add(
         f"  write transactions run_create → suspended: {tx['write_txns_create_to_suspended']:g} "
