@@ -82,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--role", required=True, choices=["reviewer", "admin"])
     create.add_argument("--password", help="default: a generated one, printed once")
     create.add_argument("--email", default="")
+    tokens = groups.add_parser("tokens", help="bearer tokens for the HTTP API").add_subparsers(metavar="ACTION")
+    token_create = _command(tokens, "create", _tokens_create, "create a token for a user; it is printed once")
+    token_create.add_argument("user")
+    token_create.add_argument("--name", default="")
+    token_revoke = _command(tokens, "revoke", _tokens_revoke, "revoke a token (by its prefix or the whole token)")
+    token_revoke.add_argument("token")
     _command(groups, "dev", _dev, "start Redis, web, worker and beat on this machine (make run)")
     serve = _command(groups, "serve", _serve, "serve the web app and API with daphne")
     serve.add_argument("--host", default=os.environ.get("AGENTFAST_HOST", "127.0.0.1"))
@@ -361,6 +367,20 @@ def _users_create(args: argparse.Namespace) -> None:
 
     user, password = services.user_create(username=args.name, role=args.role, password=args.password, email=args.email)
     print(f"created {args.role} {user.username}" + ("" if args.password else f" with password {password}"))
+
+
+def _tokens_create(args: argparse.Namespace) -> None:
+    from agents import services
+
+    _, token = services.token_create(username=args.user, name=args.name)
+    print(token)
+
+
+def _tokens_revoke(args: argparse.Namespace) -> None:
+    from agents import services
+
+    token = services.token_revoke(prefix=args.token)
+    print(f"revoked {token.prefix} of {token.user.username}")
 
 
 # -- processes ---------------------------------------------------------------------------

@@ -142,7 +142,10 @@ class Approval(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["status", "created_at"], name="approval_status_created")]
-        permissions = [("decide_approval", "Can approve or reject tool calls")]
+        permissions = [
+            ("decide_approval", "Can approve or reject tool calls"),
+            ("decide_on_behalf", "Can record a decision in another person's name (a chat bot relaying)"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
@@ -230,3 +233,21 @@ class SideEffect(models.Model):
     def __str__(self) -> str:
         return f"{self.tool} {self.idempotency_key}"
 
+
+
+class ApiToken(models.Model):
+    """A bearer token for the HTTP API; only a hash is stored, the secret is shown once."""
+
+    user = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, unique=True)  # shown in listings, to revoke by
+    token_hash = models.CharField(max_length=64, unique=True)  # sha256 of the whole token
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

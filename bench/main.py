@@ -81,6 +81,8 @@ def _run(args: argparse.Namespace, target: setup.Target, started: float) -> tupl
     call_command("migrate", verbosity=0, interactive=False)
     warmup, celery_warmup = 10, 5
     measure.check_flow()
+    progress("the database's floor: SELECT 1 and a one-INSERT transaction")
+    floor = measure.floor(200)
     progress(f"in process: {args.runs} runs (+{warmup} warm-up)")
     local = measure.in_process(args.runs, warmup)
     whatif_runs = max(1, args.runs // 2)
@@ -120,7 +122,7 @@ def _run(args: argparse.Namespace, target: setup.Target, started: float) -> tupl
     meta["seconds"] = time.perf_counter() - started
     meta["cpus"] = os.cpu_count()
     meta["loadavg_1m"] = os.getloadavg()[0]
-    data = report.build(meta=meta, local=local, whatif=whatif, counted=counted, stored=stored, celery=celery, effects=effects)
+    data = report.build(meta=meta, local=local, whatif=whatif, floor=floor, counted=counted, stored=stored, celery=celery, effects=effects)
     return data, profile_text
 
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from agents import ids, services
 from agents.models import Approval, AuditEntry, Run, SideEffect
@@ -143,6 +143,39 @@ def pushes_stubbed() -> Iterator[None]:
         yield
     finally:
         events._send = real
+
+
+# -- the database's own floor ------------------------------------------------------------
+
+
+@dataclass
+class Floor:
+    select: list[float] = field(default_factory=list)  # SELECT 1
+    write_txn: list[float] = field(default_factory=list)  # atomic(): one INSERT, COMMIT
+
+
+def floor(runs: int, warmup: int = 20) -> Floor:
+    """Time the cheapest statement and the cheapest write transaction, through Django."""
+    result = Floor()
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE bench_floor (id integer PRIMARY KEY, x integer NOT NULL)")
+    try:
+        for index in range(warmup + runs):
+            t0 = time.perf_counter()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+                cursor.fetchone()
+            t1 = time.perf_counter()
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("INSERT INTO bench_floor (id, x) VALUES (%s, %s)", [index, index])
+            t2 = time.perf_counter()
+            if index >= warmup:
+                result.select.append(ms(t1 - t0))
+                result.write_txn.append(ms(t2 - t1))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE bench_floor")
+    return result
 
 
 # -- queries and transactions per phase ------------------------------------------------

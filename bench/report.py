@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.measure import PHASES, Counted, InProcess, Storage, ThroughCelery, summary
+from bench.measure import PHASES, Counted, Floor, InProcess, Storage, ThroughCelery, summary
 
 TARGETS = {
     "round_trip_p50_ms": 6.0,  # in process, on PostgreSQL
@@ -20,6 +20,7 @@ def build(
     meta: dict[str, Any],
     local: InProcess,
     whatif: InProcess,
+    floor: Floor,
     counted: Counted,
     stored: Storage,
     celery: ThroughCelery | None,
@@ -34,6 +35,8 @@ def build(
         "whatif_no_push_pause": summary(whatif.pause),
         "whatif_no_push_resume": summary(whatif.resume),
         "whatif_no_push_round_trip": summary(whatif.round_trip),
+        "floor_select": summary(floor.select),
+        "floor_write_txn": summary(floor.write_txn),
     }
     if celery is not None:
         latency["celery_decision_to_effect_polled"] = summary(celery.visible)
@@ -125,6 +128,8 @@ def render(data: dict[str, Any]) -> str:
         ("whatif_no_push_pause", "what-if     pause, Channels push stubbed out (bench-only no-op)"),
         ("whatif_no_push_resume", "            resume, Channels push stubbed out"),
         ("whatif_no_push_round_trip", "            round trip, Channels push stubbed out"),
+        ("floor_select", "db floor    SELECT 1 (a statement's round trip through Django)"),
+        ("floor_write_txn", "            atomic(): one INSERT + COMMIT (a write transaction)"),
         ("celery_decision_to_effect_polled", "celery      decision → SideEffect row seen (polled every {poll} ms)"),
         ("celery_decision_to_effect_db_clock", "            Approval.decided_at → SideEffect.created_at"),
         ("celery_decide_call", "            approval_decide() call incl. enqueue on commit"),

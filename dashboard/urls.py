@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
-
-from dashboard import views
+from django.urls import include, path
 
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("healthz", views.healthz, name="healthz"),
+    path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
+    path("api/", include("dashboard.api_urls")),
+    path("playground/", include("dashboard.playground_urls")),
+    path("", include("dashboard.web_urls")),
 ]

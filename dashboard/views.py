@@ -1,4 +1,4 @@
-"""Pages. The full dashboard comes later; for now a plain home page and a health check."""
+"""Pages of the dashboard."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from agents.services.steps import (
     toolcall_mark_in_doubt,
     toolcall_record_result,
 )
+from agents.services.tokens import token_authenticate, token_create, token_revoke
 from agents.services.users import role_groups_ensure, user_create
 
 __all__ = [
@@ -57,5 +58,8 @@ __all__ = [
     "toolcall_finish",
     "toolcall_mark_in_doubt",
     "toolcall_record_result",
+    "token_authenticate",
+    "token_create",
+    "token_revoke",
     "user_create",
 ]

@@ -165,3 +165,19 @@ def test_it_runs_the_readme_flow_with_the_console_script_and_a_worker(start_work
     shown = json.loads(call("runs", "show", started["id"], "--json"))
     assert "Refunded 25.00 USD" in shown["messages"][-1]["content"]
     assert SideEffect.objects.filter(idempotency_key=row["id"]).count() == 1
+
+
+def test_it_creates_and_revokes_api_tokens(db, capsys, alice):
+    from agents import services
+
+    code, out, _ = run_cli(capsys, "tokens", "create", "alice")
+    token = out.strip()
+    assert code == 0 and token.startswith("af_")
+    assert services.token_authenticate(token) == alice
+    assert services.token_authenticate(token + "x") is None
+
+    code, out, _ = run_cli(capsys, "tokens", "revoke", token)
+    assert code == 0 and "revoked" in out
+    assert services.token_authenticate(token) is None
+    code, _, err = run_cli(capsys, "tokens", "create", "nobody")
+    assert code == 1 and "no active user 'nobody'" in err

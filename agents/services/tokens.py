@@ -1,0 +1,47 @@
+"""Bearer tokens for the HTTP API: `af_<prefix>_<secret>`, stored as a sha256 hash."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from agents.models import ApiToken
+from agents.services.errors import InvalidInput, NotFound
+
+
+def _hash(token: str) -> str:
+    # Tokens carry 256 random bits, so a fast hash is enough: there is nothing to brute-force.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_create(*, username: str, name: str = "") -> tuple[ApiToken, str]:
+    """Create a token for a user; return it and the secret, which is never shown again."""
+    user = User.objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise InvalidInput(f"no active user {username!r} (create one with `agentfast users create`)", field="user")
+    prefix = secrets.token_hex(4)
+    token = f"af_{prefix}_{secrets.token_urlsafe(32)}"
+    return ApiToken.objects.create(user=user, name=name, prefix=prefix, token_hash=_hash(token)), token
+
+
+def token_revoke(*, prefix: str) -> ApiToken:
+    """Revoke a token by its prefix; revoking twice is harmless."""
+    prefix = prefix.removeprefix("af_").split("_")[0]
+    token = ApiToken.objects.filter(prefix=prefix).first()
+    if token is None:
+        raise NotFound(f"no token {prefix}")
+    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    token.refresh_from_db()
+    return token
+
+
+def token_authenticate(token: str) -> User | None:
+    """Return the active user a live token belongs to, or None; records its last use."""
+    found = ApiToken.objects.select_related("user").filter(token_hash=_hash(token), revoked_at__isnull=True).first()
+    if found is None or not found.user.is_active:
+        return None
+    ApiToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
+    return found.user

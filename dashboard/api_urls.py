@@ -1,0 +1,5 @@
+"""The JSON API and its SSE streams."""
+
+from __future__ import annotations
+
+urlpatterns: list = []

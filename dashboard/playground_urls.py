@@ -1,0 +1,5 @@
+"""The developers' playground."""
+
+from __future__ import annotations
+
+urlpatterns: list = []
