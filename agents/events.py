@@ -35,32 +35,57 @@ def publish(*, run_id: str, type: str, data: dict[str, Any], persist: bool = Tru
 
     `persist=False` is for live-only events (streamed tokens): no row, no seq, sent now.
     """
-    seq = _append(run_id=run_id, type=type, data=data) if persist else None
-    message = {"type": "run.event", "run_id": run_id, "seq": seq, "event": type, "data": data}
-    groups = [run_group(run_id)]
-    if type in _APPROVAL_EVENTS:
-        groups.append(APPROVALS_GROUP)
-    if persist:
-        transaction.on_commit(lambda: _send(groups, message))
-    else:
-        _send(groups, message)
+    if not persist:
+        _send(_groups(run_id, type), _message(run_id, None, type, data))
+        return None
+    seq = reserve(run_id=run_id, count=1)
+    record(run_id=run_id, last_seq=seq, items=[(type, data)])
     return seq
 
 
-def _append(*, run_id: str, type: str, data: dict[str, Any]) -> int:
-    # One statement allocates the next seq and row-locks the run until commit, so concurrent
-    # publishers of one run (the driver and a reviewer's decision) never share a seq.
+def reserve(*, run_id: str, count: int) -> int:
+    """Reserve `count` event seqs of a run; return the last one.
+
+    One statement allocates them and row-locks the run until commit, so concurrent
+    publishers of one run (the driver and a reviewer's decision) never share a seq. The
+    driver reserves inside its own fenced update of the run instead (services.runs).
+    """
+    return reserve_returning(run_id=run_id, count=count)[0]
+
+
+def reserve_returning(*, run_id: str, count: int, columns: tuple[str, ...] = ()) -> tuple[Any, ...]:
+    """Reserve like `reserve` and also return these columns of the run, read under its row lock."""
     table = connection.ops.quote_name("agents_run")
+    returning = ", ".join(["last_event_seq", *(connection.ops.quote_name(c) for c in columns)])
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET last_event_seq = last_event_seq + 1 WHERE id = %s RETURNING last_event_seq",
-            [run_id],
+            f"UPDATE {table} SET last_event_seq = last_event_seq + %s WHERE id = %s RETURNING {returning}",
+            [count, run_id],
         )
         row = cursor.fetchone()
     if row is None:
         raise LookupError(f"no run {run_id}")
-    RunEvent.objects.create(run_id=run_id, seq=row[0], type=type, data=data)
-    return row[0]
+    return tuple(row)
+
+
+def record(*, run_id: str, last_seq: int, items: list[tuple[str, dict[str, Any]]]) -> None:
+    """Store events whose seqs end at `last_seq` (reserved) and push them, in order, after commit."""
+    first = last_seq - len(items) + 1
+    RunEvent.objects.bulk_create(
+        RunEvent(run_id=run_id, seq=first + offset, type=type, data=data) for offset, (type, data) in enumerate(items)
+    )
+    for offset, (type, data) in enumerate(items):
+        message = _message(run_id, first + offset, type, data)
+        groups = _groups(run_id, type)
+        transaction.on_commit(lambda groups=groups, message=message: _send(groups, message))
+
+
+def _message(run_id: str, seq: int | None, type: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "run.event", "run_id": run_id, "seq": seq, "event": type, "data": data}
+
+
+def _groups(run_id: str, type: str) -> list[str]:
+    return [run_group(run_id), APPROVALS_GROUP] if type in _APPROVAL_EVENTS else [run_group(run_id)]
 
 
 def _send(groups: list[str], message: dict[str, Any]) -> None:

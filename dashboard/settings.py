@@ -57,6 +57,8 @@ def _sqlite(path: Path) -> dict[str, object]:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         },
         "TEST": {"NAME": str(path.with_name(f"test_{path.stem}.sqlite3"))},
+        # Keep the connection (and its PRAGMAs) across a worker's tasks.
+        "CONN_MAX_AGE": 600,
     }
 
 

@@ -13,6 +13,9 @@ import os
 import secrets
 import socket
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -58,51 +61,72 @@ def drive(run_id: str, *, owner: str | None = None, on_delta: DeltaSink | None =
         if status is None:
             raise services.NotFound(f"no run {run_id}")
         return DriveResult(run_id=run_id, driven=False, status=status)
-    with _LeaseKeeper(run_id, owner):
+    status = Run.Status.RUNNING
+    with _lease_keeper.keeping(run_id, owner):
         try:
-            _Driver(run, owner, on_delta=on_delta, stream=stream).drive()
+            status = _Driver(run, owner, on_delta=on_delta, stream=stream).drive()
         except LeaseLost as exc:
             logger.warning("stopped driving %s: %s", run_id, exc)
         except (ModelError, ConfigError) as exc:
             services.run_fail(run_id=run_id, owner=owner, error=str(exc))
+            status = Run.Status.FAILED
         except Exception as exc:
             logger.exception("driving %s failed", run_id)
             services.run_fail(run_id=run_id, owner=owner, error=f"internal error: {type(exc).__name__}: {exc}")
-    return DriveResult(run_id=run_id, driven=True, status=Run.objects.values_list("status", flat=True).get(pk=run_id))
+            status = Run.Status.FAILED
+    return DriveResult(run_id=run_id, driven=True, status=status)
 
 
 class _LeaseKeeper:
-    """Renew the lease in the background while a step takes long (a slow model or tool).
+    """Renew, from one background thread per process, the leases of the runs it drives.
 
-    If the process dies the renewals stop with it, the lease runs out, and the sweeper
-    hands the run to another worker.
+    A slow model or tool must not lose its run to the sweeper. If the process dies the
+    renewals stop with it, the leases run out, and the sweeper hands the runs to another
+    worker. One shared thread keeps drive() free of a thread start per call.
     """
 
-    def __init__(self, run_id: str, owner: str) -> None:
-        self.run_id, self.owner = run_id, owner
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._renew, name=f"lease-{run_id}", daemon=True)
+    def __init__(self) -> None:
+        self._leases: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._pid: int | None = None
 
-    def __enter__(self) -> _LeaseKeeper:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop.set()
-        self.thread.join()
-
-    def _renew(self) -> None:
-        interval = settings.AGENTFAST_LEASE_SECONDS / 3
+    @contextmanager
+    def keeping(self, run_id: str, owner: str) -> Iterator[None]:
+        self._ensure_started()
+        with self._lock:
+            self._leases[owner] = run_id
         try:
-            while not self.stop.wait(interval):
-                try:
-                    services.run_renew_lease(run_id=self.run_id, owner=self.owner)
-                except LeaseLost:
-                    return  # finished or suspended: the lease was given up on purpose
-                except Exception:  # noqa: BLE001 — a missed renewal is retried next interval
-                    logger.warning("could not renew the lease of %s", self.run_id, exc_info=True)
+            yield
         finally:
+            with self._lock:
+                self._leases.pop(owner, None)
+
+    def _ensure_started(self) -> None:
+        # Again after a fork (Celery's prefork children): threads do not survive it.
+        if self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid != os.getpid():
+                self._leases.clear()
+                threading.Thread(target=self._renew_forever, name="agentfast-leases", daemon=True).start()
+                self._pid = os.getpid()
+
+    def _renew_forever(self) -> None:
+        while True:
+            time.sleep(settings.AGENTFAST_LEASE_SECONDS / 3)
+            with self._lock:
+                held = list(self._leases.items())
+            for owner, run_id in held:
+                try:
+                    services.run_renew_lease(run_id=run_id, owner=owner)
+                except LeaseLost:
+                    pass  # finished or suspended meanwhile: given up on purpose
+                except Exception:  # noqa: BLE001 — a missed renewal is retried next round
+                    logger.warning("could not renew the lease of %s", run_id, exc_info=True)
             close_old_connections()
+
+
+_lease_keeper = _LeaseKeeper()
 
 
 class _Driver:
@@ -120,8 +144,8 @@ class _Driver:
 
     # -- the loop --------------------------------------------------------------------
 
-    def drive(self) -> None:
-        """Loop: settle the open step, then ask the model, until done or waiting.
+    def drive(self) -> str:
+        """Loop: settle the open step, then ask the model, until done or waiting; return the status.
 
         1. Load the rows. 2. Settle the last turn's tool calls (run, memoized, rejected,
         in doubt); if a suspend approval is pending, suspend. 3. Tell the model about
@@ -132,13 +156,14 @@ class _Driver:
         while True:
             self._load()
             if not self._settle_open_step():
-                services.run_suspend(run_id=self.run.id, owner=self.owner)
-                return
+                if services.run_suspend(run_id=self.run.id, owner=self.owner):
+                    return Run.Status.SUSPENDED
+                continue  # decided while we settled the step: settle it again
             self._report_deferred()
             if self.steps >= self.agent.max_steps:
                 error = f"step limit reached: {self.agent.max_steps} model turns with tool calls"
                 services.run_fail(run_id=self.run.id, owner=self.owner, error=error)
-                return
+                return Run.Status.FAILED
             turn = model.complete(
                 model_messages(self.agent.system_prompt, self.messages),
                 [tool.spec() for tool in self.tools.values()],
@@ -146,14 +171,17 @@ class _Driver:
             )
             if not turn.tool_calls:
                 services.run_complete(run_id=self.run.id, owner=self.owner, seq=self._next_seq(), content=turn.content)
-                return
+                return Run.Status.COMPLETED
             if self._record_turn(turn):
-                return
+                return Run.Status.SUSPENDED
 
     def _load(self) -> None:
         self.messages = list(Message.objects.filter(run_id=self.run.id).order_by("seq"))
-        self.calls = list(ToolCall.objects.filter(run_id=self.run.id).order_by("step", "id"))
-        self.approvals = {a.tool_call_id: a for a in Approval.objects.filter(run_id=self.run.id)}
+        if self.steps == 0:  # a fresh run has no tool calls yet: save the query
+            self.calls, self.approvals = [], {}
+            return
+        self.calls = list(ToolCall.objects.filter(run_id=self.run.id).select_related("approval").order_by("step", "id"))
+        self.approvals = {c.pk: c.approval for c in self.calls if _has_approval(c)}
 
     def _next_seq(self) -> int:
         return self.messages[-1].seq + 1 if self.messages else 1
@@ -322,16 +350,22 @@ class _Driver:
     def _report_deferred(self) -> None:
         """Tell the model, once, the outcome of deferred calls decided since it last spoke."""
         reports = [
-            c for c in ToolCall.objects.filter(run_id=self.run.id, hitl_mode=Approval.Mode.DEFER, result__isnull=False, reported_at__isnull=True)
+            c for c in self.calls
+            if c.hitl_mode == Approval.Mode.DEFER and c.result is not None and c.reported_at is None
         ]
         if not reports:
             return
-        lines = [f"Update on a deferred call: {c.name} ({c.call_id}) → {json.dumps(c.result)}" for c in reports]
+        content = "\n".join(f"Update on a deferred call: {c.name} ({c.call_id}) → {json.dumps(c.result)}" for c in reports)
         seq = self._next_seq()
-        services.message_append(
-            owner=self.owner, run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content="\n".join(lines), reports=reports
-        )
-        self.messages.append(Message(run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content="\n".join(lines)))
+        services.message_append(owner=self.owner, run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content=content, reports=reports)
+        self.messages.append(Message(run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content=content))
+
+
+def _has_approval(call: ToolCall) -> bool:
+    try:
+        return call.approval is not None
+    except Approval.DoesNotExist:
+        return False
 
 
 def _as_object(arguments: Any) -> dict[str, Any] | None:

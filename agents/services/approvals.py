@@ -60,18 +60,20 @@ def approval_decide(
     """
     approval = _get_or_audit(approval_id, decision, attempt)
     arguments = _validated_or_audit(approval, decision, attempt, note, feedback, arguments, payload)
+    fields = {
+        "status": decision,
+        "decided_by": attempt.decider,
+        "decided_at": timezone.now(),
+        "note": note,
+        "feedback": feedback if decision == Approval.Status.REJECTED else "",
+        "arguments": arguments,
+        "payload": payload,
+    }
     with transaction.atomic():
-        won = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
-            status=decision,
-            decided_by=attempt.decider,
-            decided_at=timezone.now(),
-            note=note,
-            feedback=feedback if decision == Approval.Status.REJECTED else "",
-            arguments=arguments,
-            payload=payload,
-        )
+        won = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(**fields)
         if won:
-            approval.refresh_from_db()
+            for name, value in fields.items():
+                setattr(approval, name, value)
             resume = _after_decision(approval, attempt, auto_resume)
     if won:
         return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume)
@@ -83,40 +85,42 @@ def _after_decision(approval: Approval, attempt: Attempt, auto_resume: bool | No
         status=approval.status
     )
     _audit(approval, attempt, action=approval.status, outcome=AuditEntry.Outcome.DECIDED, detail=_detail(approval))
-    events.publish(
-        run_id=approval.run_id,
-        type=RunEvent.Type.APPROVAL_DECIDED,
-        data={
-            "approval_id": approval.id,
-            "tool": approval.tool,
-            "decision": approval.status,
-            "decided_by": approval.decided_by,
-            "note": approval.note,
-            "edited": approval.arguments is not None,
-        },
+    data = {
+        "approval_id": approval.id,
+        "tool": approval.tool,
+        "decision": approval.status,
+        "decided_by": approval.decided_by,
+        "note": approval.note,
+        "edited": approval.arguments is not None,
+    }
+    return _announce_and_unblock(approval, data, auto_resume)
+
+
+def _announce_and_unblock(approval: Approval, data: dict[str, Any], auto_resume: bool | None) -> bool:
+    """Publish the decision and enqueue what it makes possible; return whether a resume was enqueued.
+
+    The event's seq is reserved with the run's status read under the run's row lock, so a
+    driver suspending the run at this moment is seen either before or after, never half.
+    """
+    seq, run_status, run_auto_resume = events.reserve_returning(
+        run_id=approval.run_id, count=1, columns=("status", "auto_resume")
     )
-    return _unblock(approval, auto_resume)
-
-
-def _unblock(approval: Approval, auto_resume: bool | None) -> bool:
-    """Enqueue what a decision makes possible; return whether a resume was enqueued."""
+    events.record(run_id=approval.run_id, last_seq=seq, items=[(RunEvent.Type.APPROVAL_DECIDED, data)])
     if approval.mode == Approval.Mode.DEFER:
         queue.deferred_on_commit(approval.tool_call_id)
         return False
-    run = Run.objects.only("status", "auto_resume").get(pk=approval.run_id)
-    wanted = run.auto_resume if auto_resume is None else auto_resume
-    still_waiting = Approval.objects.filter(
-        run_id=approval.run_id, mode=Approval.Mode.SUSPEND, status=Approval.Status.PENDING
-    ).exists()
-    if wanted and not still_waiting and run.status == Run.Status.SUSPENDED:
-        queue.drive_on_commit(approval.run_id)
-        return True
-    return False
+    wanted = bool(run_auto_resume) if auto_resume is None else auto_resume
+    if not wanted or run_status != Run.Status.SUSPENDED:
+        return False
+    if Approval.objects.filter(run_id=approval.run_id, mode=Approval.Mode.SUSPEND, status=Approval.Status.PENDING).exists():
+        return False  # the step's other approvals still wait
+    queue.drive_on_commit(approval.run_id)
+    return True
 
 
 def _get_or_audit(approval_id: str, decision: str, attempt: Attempt) -> Approval:
     try:
-        approval = Approval.objects.select_related("tool_call").get(pk=approval_id)
+        approval = Approval.objects.select_related("tool_call", "run").get(pk=approval_id)
     except Approval.DoesNotExist:
         _audit_refusal(approval_id, attempt, decision, AuditEntry.Outcome.NOT_FOUND, {})
         raise NotFound(f"no approval {approval_id}") from None
@@ -195,13 +199,8 @@ def approval_expire(*, approval: Approval, actor: str, reason: str, resume: bool
         )
         attempt = Attempt(actor=actor, source=AuditEntry.Source.SYSTEM)
         _audit(approval, attempt, action="expired", outcome=AuditEntry.Outcome.DECIDED, detail={"note": reason})
-        events.publish(
-            run_id=approval.run_id,
-            type=RunEvent.Type.APPROVAL_DECIDED,
-            data={"approval_id": approval.id, "tool": approval.tool, "decision": "expired", "decided_by": actor, "note": reason},
-        )
-        if resume:
-            _unblock(approval, None)
+        data = {"approval_id": approval.id, "tool": approval.tool, "decision": "expired", "decided_by": actor, "note": reason}
+        _announce_and_unblock(approval, data, None if resume else False)
     return True
 
 

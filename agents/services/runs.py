@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents import events, ids, queue
@@ -15,6 +15,15 @@ from agents.policy import ConfigError, get_policy
 from agents.services.errors import InvalidInput, LeaseLost, NotFound, WrongState
 
 MAX_INPUT_CHARS = 100_000
+
+
+_RUN = "agents_run"
+# NOT EXISTS / EXISTS body for raw statements on agents_run: a pending suspend approval.
+_PENDING_SUSPEND = (
+    "SELECT 1 FROM agents_approval WHERE agents_approval.run_id = agents_run.id"
+    " AND agents_approval.mode = %s AND agents_approval.status = %s"
+)
+_PENDING_SUSPEND_PARAMS = [Approval.Mode.SUSPEND, Approval.Status.PENDING]
 
 
 def pending_suspend_approvals() -> Exists:
@@ -55,18 +64,63 @@ def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | Non
 
     A compare-and-set on lease_expires_at: of any number of concurrent callers exactly one
     gets the run (invariant 5). A suspended run is only leased once no suspend approval of
-    it is pending.
+    it is pending. One statement, which returns what the driver needs.
     """
     now = timezone.now()
-    free = Run.objects.filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now), pk=run_id)
-    lease = {"status": Run.Status.RUNNING, "lease_owner": owner, "lease_expires_at": lease_expiry(ttl), "updated_at": now}
-    with transaction.atomic():
-        resumed = free.filter(~pending_suspend_approvals(), status=Run.Status.SUSPENDED).update(**lease)
-        if resumed:
-            events.publish(run_id=run_id, type=RunEvent.Type.RUN_STATUS, data={"status": "running", "resumed": True})
-        elif not free.filter(status__in=[Run.Status.QUEUED, Run.Status.RUNNING]).update(**lease):
-            return None
-    return Run.objects.get(pk=run_id)
+    sql = f"""
+        UPDATE {_RUN} SET status = %s, lease_owner = %s, lease_expires_at = %s, updated_at = %s
+        WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
+          AND (status IN (%s, %s) OR (status = %s AND NOT EXISTS ({_PENDING_SUSPEND})))
+        RETURNING agent, steps, input, auto_resume"""
+    params = [
+        Run.Status.RUNNING, owner, lease_expiry(ttl), now, run_id, now,
+        Run.Status.QUEUED, Run.Status.RUNNING, Run.Status.SUSPENDED, *_PENDING_SUSPEND_PARAMS,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    agent, steps, prompt, auto_resume = row
+    return Run(id=run_id, agent=agent, steps=steps, input=prompt, auto_resume=bool(auto_resume), status=Run.Status.RUNNING, lease_owner=owner)
+
+
+def run_write(
+    *,
+    run_id: str,
+    owner: str | None,
+    events: int = 0,
+    release: bool = False,
+    add_steps: int = 0,
+    **fields: str,
+) -> int:
+    """Update the run row as its driver, in one statement; return the last reserved event seq.
+
+    The update is fenced by the lease (`lease_owner = owner`; LeaseLost if another driver
+    took the run), extends the lease or releases it, sets `fields`, adds `add_steps`, and
+    reserves `events` seqs for agents.events.record. With `owner=None` it applies to any
+    run that has not ended (a failure recorded from outside a drive).
+    """
+    sets = ["updated_at = %s", "last_event_seq = last_event_seq + %s"]
+    params: list[object] = [timezone.now(), events]
+    if release:
+        sets += ["lease_owner = ''", "lease_expires_at = NULL"]
+    else:
+        sets.append("lease_expires_at = %s")
+        params.append(lease_expiry())
+    if add_steps:
+        sets.append("steps = steps + %s")
+        params.append(add_steps)
+    for column, value in fields.items():
+        sets.append(f"{connection.ops.quote_name(column)} = %s")
+        params.append(value)
+    where, where_params = ("lease_owner = %s", [owner]) if owner is not None else ("status NOT IN (%s, %s, %s)", list(Run.TERMINAL))
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {_RUN} SET {', '.join(sets)} WHERE id = %s AND {where} RETURNING last_event_seq", [*params, run_id, *where_params])
+        row = cursor.fetchone()
+    if row is None:
+        raise LeaseLost(f"{owner or 'nobody'} cannot write {run_id}: another driver holds it or it has ended")
+    return row[0]
 
 
 def run_renew_lease(*, run_id: str, owner: str, ttl: float | None = None) -> None:
@@ -75,40 +129,41 @@ def run_renew_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Non
         raise LeaseLost(f"{owner} no longer holds the lease of {run_id}")
 
 
-def run_suspend(*, run_id: str, owner: str) -> None:
-    """Give up the lease of a run that waits on a person; no process holds it afterwards."""
-    updated = Run.objects.filter(pk=run_id, lease_owner=owner).update(
-        status=Run.Status.SUSPENDED, lease_owner="", lease_expires_at=None, updated_at=timezone.now()
-    )
-    if not updated:
-        raise LeaseLost(f"{owner} no longer holds the lease of {run_id}")
+def run_suspend(*, run_id: str, owner: str) -> bool:
+    """Give up the lease of a run that waits on a person; return False if it no longer waits.
+
+    The pending approval is re-checked in the same statement: one decided since the driver
+    looked must not leave a suspended run that nobody resumes.
+    """
+    sql = f"""
+        UPDATE {_RUN} SET status = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s
+        WHERE id = %s AND lease_owner = %s AND EXISTS ({_PENDING_SUSPEND})"""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Run.Status.SUSPENDED, timezone.now(), run_id, owner, *_PENDING_SUSPEND_PARAMS])
+        if cursor.rowcount:
+            return True
+    run_renew_lease(run_id=run_id, owner=owner)  # still ours: keep driving
+    return False
 
 
 def run_complete(*, run_id: str, owner: str, seq: int, content: str) -> None:
     """Record the final answer and finish the run."""
+    items = [
+        (RunEvent.Type.MESSAGE, {"seq": seq, "role": "assistant", "content": content}),
+        (RunEvent.Type.RUN_STATUS, {"status": "completed", "output": content}),
+    ]
     with transaction.atomic():
-        _finish(run_id=run_id, owner=owner, status=Run.Status.COMPLETED, output=content)
+        last = run_write(run_id=run_id, owner=owner, events=len(items), release=True, status=Run.Status.COMPLETED, output=content)
         Message.objects.create(run_id=run_id, seq=seq, role=Message.Role.ASSISTANT, content=content)
-        events.publish(run_id=run_id, type=RunEvent.Type.MESSAGE, data={"seq": seq, "role": "assistant", "content": content})
-        events.publish(run_id=run_id, type=RunEvent.Type.RUN_STATUS, data={"status": "completed", "output": content})
+        events.record(run_id=run_id, last_seq=last, items=items)
 
 
 def run_fail(*, run_id: str, owner: str | None, error: str) -> None:
     """Mark a run failed with a reason; with an owner, only if that owner still drives it."""
+    items = [(RunEvent.Type.RUN_STATUS, {"status": "failed", "error": error})]
     with transaction.atomic():
-        _finish(run_id=run_id, owner=owner, status=Run.Status.FAILED, error=error)
-        events.publish(run_id=run_id, type=RunEvent.Type.RUN_STATUS, data={"status": "failed", "error": error})
-
-
-def _finish(*, run_id: str, owner: str | None, status: str, output: str = "", error: str = "") -> None:
-    runs = Run.objects.filter(pk=run_id).exclude(status__in=Run.TERMINAL)
-    if owner is not None:
-        runs = runs.filter(lease_owner=owner)
-    updated = runs.update(
-        status=status, output=output, error=error, lease_owner="", lease_expires_at=None, updated_at=timezone.now()
-    )
-    if not updated:
-        raise LeaseLost(f"{owner or 'nobody'} cannot finish {run_id}: another driver holds it or it has ended")
+        last = run_write(run_id=run_id, owner=owner, events=1, release=True, status=Run.Status.FAILED, error=error)
+        events.record(run_id=run_id, last_seq=last, items=items)
 
 
 def run_cancel(*, run_id: str, by: str) -> Run:

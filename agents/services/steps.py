@@ -1,8 +1,8 @@
 """Writes of the run's driver: a model turn, tool claims and results, reports.
 
 Every write that appends to a run's conversation is fenced by the driver's lease
-(run_renew_lease in the same transaction), so a driver that lost its run to the sweeper
-cannot append after the new one.
+(services.runs.run_write, which also reserves the event seqs, in the same transaction),
+so a driver that lost its run to the sweeper cannot append after the new one.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from agents import events, ids
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
-from agents.services.errors import LeaseLost
-from agents.services.runs import lease_expiry
+from agents.services.runs import run_write
 
 
 @dataclass
@@ -50,38 +48,47 @@ def step_open(
     """Record a model turn with tool calls, its approvals and immediate outputs, in one transaction.
 
     With `suspend` (nothing left to run now, a suspend approval pending) the run is
-    suspended in the same transaction (invariant 4). Return the next free message seq.
+    suspended in the same transaction (invariant 4). A pause is announced by its
+    approval_required events alone (no separate status event), which keeps a paused run at
+    six rows. Return the next free message seq.
     """
-    now = timezone.now()
+    messages = [Message(run_id=run_id, seq=seq, role=Message.Role.ASSISTANT, content=content, tool_calls=tool_calls)]
+    rows = [
+        ToolCall(run_id=run_id, call_id=c.call_id, step=seq, name=c.name, arguments=c.arguments, status=c.status, hitl_mode=c.hitl_mode)
+        for c in calls
+    ]
+    items: list[tuple[str, dict[str, Any]]] = []
+    if content:
+        items.append((RunEvent.Type.MESSAGE, {"seq": seq, "role": "assistant", "content": content}))
+    for call in calls:
+        data = {"call_id": call.call_id, "tool": call.name, "arguments": call.arguments}
+        if call.hitl_mode:
+            data.update(approval_id=ids.approval_id(run_id, call.call_id), mode=call.hitl_mode, request=call.request)
+            if suspend:
+                data["run_status"] = Run.Status.SUSPENDED
+            items.append((RunEvent.Type.APPROVAL_REQUIRED, data))
+        else:
+            items.append((RunEvent.Type.TOOL_CALL, data))
+    for call in calls:
+        if call.output is not None:
+            messages.append(_tool_message(run_id, call.call_id, seq=seq + len(messages), output=call.output))
+            items.append((RunEvent.Type.TOOL_RESULT, {"call_id": call.call_id, "tool": call.name, "output": call.output}))
+    status = {"status": Run.Status.SUSPENDED} if suspend else {}
     with transaction.atomic():
-        fence = {"steps": F("steps") + 1, "lease_expires_at": lease_expiry(), "updated_at": now}
-        if suspend:
-            fence.update(status=Run.Status.SUSPENDED, lease_owner="", lease_expires_at=None)
-        if not Run.objects.filter(pk=run_id, lease_owner=owner).update(**fence):
-            raise LeaseLost(f"{owner} no longer holds the lease of {run_id}")
-        Message.objects.create(run_id=run_id, seq=seq, role=Message.Role.ASSISTANT, content=content, tool_calls=tool_calls)
-        if content:
-            events.publish(run_id=run_id, type=RunEvent.Type.MESSAGE, data={"seq": seq, "role": "assistant", "content": content})
-        rows = ToolCall.objects.bulk_create(
-            ToolCall(run_id=run_id, call_id=c.call_id, step=seq, name=c.name, arguments=c.arguments, status=c.status, hitl_mode=c.hitl_mode)
-            for c in calls
+        last = run_write(run_id=run_id, owner=owner, events=len(items), release=suspend, add_steps=1, **status)
+        Message.objects.bulk_create(messages)
+        ToolCall.objects.bulk_create(rows)
+        Approval.objects.bulk_create(
+            _approval(row, mode=c.hitl_mode, request=c.request, expires_at=c.expires_at)
+            for c, row in zip(calls, rows, strict=True)
+            if c.hitl_mode
         )
-        next_seq = seq + 1
-        for call, row in zip(calls, rows, strict=True):
-            if call.hitl_mode:
-                _open_approval(row, mode=call.hitl_mode, request=call.request, expires_at=call.expires_at, suspended=suspend)
-            else:
-                events.publish(run_id=run_id, type=RunEvent.Type.TOOL_CALL, data=_call_data(row))
-            if call.output is not None:
-                _tool_message(row, seq=next_seq, output=call.output)
-                next_seq += 1
-    return next_seq
+        events.record(run_id=run_id, last_seq=last, items=items)
+    return seq + len(messages)
 
 
-def _open_approval(
-    call: ToolCall, *, mode: str, request: dict[str, Any] | None, expires_at: datetime | None, suspended: bool
-) -> Approval:
-    approval = Approval.objects.create(
+def _approval(call: ToolCall, *, mode: str, request: dict[str, Any] | None, expires_at: datetime | None) -> Approval:
+    return Approval(
         id=ids.approval_id(call.run_id, call.call_id),
         run_id=call.run_id,
         tool_call=call,
@@ -90,28 +97,14 @@ def _open_approval(
         request=request,
         expires_at=expires_at,
     )
-    # A pause is announced by its approval_required events alone (no separate status
-    # event), which keeps a paused run at six rows.
-    data = {**_call_data(call), "approval_id": approval.id, "mode": mode, "request": request}
-    if suspended:
-        data["run_status"] = Run.Status.SUSPENDED
-    events.publish(run_id=call.run_id, type=RunEvent.Type.APPROVAL_REQUIRED, data=data)
-    return approval
 
 
-def _call_data(call: ToolCall) -> dict[str, Any]:
-    return {"call_id": call.call_id, "tool": call.name, "arguments": call.arguments}
+def _tool_message(run_id: str, call_id: str, *, seq: int, output: dict[str, Any]) -> Message:
+    return Message(run_id=run_id, seq=seq, role=Message.Role.TOOL, content=json.dumps(output), tool_call_id=call_id)
 
 
-def _tool_message(call: ToolCall, *, seq: int, output: dict[str, Any]) -> None:
-    Message.objects.create(
-        run_id=call.run_id, seq=seq, role=Message.Role.TOOL, content=json.dumps(output), tool_call_id=call.call_id
-    )
-    events.publish(
-        run_id=call.run_id,
-        type=RunEvent.Type.TOOL_RESULT,
-        data={"call_id": call.call_id, "tool": call.name, "output": output},
-    )
+def _result_event(call: ToolCall, output: dict[str, Any], **extra: Any) -> tuple[str, dict[str, Any]]:
+    return RunEvent.Type.TOOL_RESULT, {"call_id": call.call_id, "tool": call.name, "output": output, **extra}
 
 
 def toolcall_claim(*, tool_call: ToolCall) -> datetime | None:
@@ -137,9 +130,10 @@ def toolcall_finish(
 ) -> None:
     """Memoize a call's output and tell the model, fenced by the lease."""
     with transaction.atomic():
-        _fence(tool_call.run_id, owner)
+        last = run_write(run_id=tool_call.run_id, owner=owner, events=1)
         ToolCall.objects.filter(pk=tool_call.pk).update(status=status, result=output, executed_arguments=executed_arguments)
-        _tool_message(tool_call, seq=seq, output=output)
+        _tool_message(tool_call.run_id, tool_call.call_id, seq=seq, output=output).save(force_insert=True)
+        events.record(run_id=tool_call.run_id, last_seq=last, items=[_result_event(tool_call, output)])
 
 
 def toolcall_record_result(
@@ -151,11 +145,8 @@ def toolcall_record_result(
             status=status, result=output, executed_arguments=executed_arguments
         )
         if stored:
-            events.publish(
-                run_id=tool_call.run_id,
-                type=RunEvent.Type.TOOL_RESULT,
-                data={"call_id": tool_call.call_id, "tool": tool_call.name, "output": output, "deferred": True},
-            )
+            event = _result_event(tool_call, output, deferred=True)
+            events.record(run_id=tool_call.run_id, last_seq=events.reserve(run_id=tool_call.run_id, count=1), items=[event])
     return bool(stored)
 
 
@@ -167,12 +158,18 @@ def toolcall_ask(
     The tool asked before doing anything, so its claim is handed back: it runs once, later,
     with the reviewer's answer.
     """
+    mode = Approval.Mode.SUSPEND
+    data = {"call_id": tool_call.call_id, "tool": tool_call.name, "arguments": tool_call.arguments}
+    data.update(approval_id=ids.approval_id(tool_call.run_id, tool_call.call_id), mode=mode, request=request)
     with transaction.atomic():
-        _fence(tool_call.run_id, owner)
+        last = run_write(run_id=tool_call.run_id, owner=owner, events=1)
         ToolCall.objects.filter(pk=tool_call.pk, executed_at=claimed_at).update(
-            executed_at=None, status=ToolCall.Status.AWAITING_APPROVAL, hitl_mode=Approval.Mode.SUSPEND
+            executed_at=None, status=ToolCall.Status.AWAITING_APPROVAL, hitl_mode=mode
         )
-        return _open_approval(tool_call, mode=Approval.Mode.SUSPEND, request=request, expires_at=expires_at, suspended=False)
+        approval = _approval(tool_call, mode=mode, request=request, expires_at=expires_at)
+        approval.save(force_insert=True)
+        events.record(run_id=tool_call.run_id, last_seq=last, items=[(RunEvent.Type.APPROVAL_REQUIRED, data)])
+    return approval
 
 
 def toolcall_mark_in_doubt(*, tool_call: ToolCall) -> bool:
@@ -200,13 +197,8 @@ def message_append(
     marked reported in the same transaction, so the model is told once.
     """
     with transaction.atomic():
-        _fence(run_id, owner)
+        last = run_write(run_id=run_id, owner=owner, events=1)
         Message.objects.create(run_id=run_id, seq=seq, role=role, content=content, tool_call_id=tool_call_id)
         if reports:
             ToolCall.objects.filter(pk__in=[c.pk for c in reports]).update(reported_at=timezone.now())
-        events.publish(run_id=run_id, type=RunEvent.Type.MESSAGE, data={"seq": seq, "role": role, "content": content})
-
-
-def _fence(run_id: str, owner: str) -> None:
-    if not Run.objects.filter(pk=run_id, lease_owner=owner).update(lease_expires_at=lease_expiry()):
-        raise LeaseLost(f"{owner} no longer holds the lease of {run_id}")
+        events.record(run_id=run_id, last_seq=last, items=[(RunEvent.Type.MESSAGE, {"seq": seq, "role": role, "content": content})])

@@ -12,6 +12,7 @@ the reviewer's payload in `ctx.approval_payload`.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable, Iterator
@@ -83,11 +84,8 @@ class Tool:
         return schema
 
     def spec(self) -> dict[str, Any]:
-        """Return the OpenAI function-tool description of this tool."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters_schema()},
-        }
+        """Return the OpenAI function-tool description of this tool (built once: pydantic's schema is slow)."""
+        return _spec(self)
 
     def validate(self, arguments: Any) -> dict[str, Any]:
         """Return the arguments coerced to the schema, or raise InvalidArguments."""
@@ -107,6 +105,14 @@ class Tool:
 
     def __call__(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
         return self.func(ctx, **arguments)
+
+
+@functools.cache
+def _spec(tool_: Tool) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": tool_.name, "description": tool_.description, "parameters": tool_.parameters_schema()},
+    }
 
 
 @dataclass
