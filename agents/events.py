@@ -7,13 +7,15 @@ an event that was rolled back, and SSE can replay anything it missed from the ta
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import logging
 import os
-import threading
+import time
 from typing import Any
 
+import redis
+from asgiref.sync import async_to_sync
+from channels_redis.pubsub import RedisPubSubChannelLayer
+from django.conf import settings
 from django.db import connection, transaction
 
 from agents.models import RunEvent
@@ -89,86 +91,75 @@ def _groups(run_id: str, type: str) -> list[str]:
 
 
 def _send(groups: list[str], message: dict[str, Any]) -> None:
-    _pusher.submit(groups, message)
+    _publisher.send(groups, message)
 
 
 def flush(timeout: float = 5.0) -> None:
-    """Wait until every event handed to the channel layer so far has been sent."""
-    _pusher.flush(timeout)
+    """Return once every event handed to the channel layer so far has been sent.
 
-
-class _Pusher:
-    """Send events to the channel layer from one background event loop per process.
-
-    The caller (a request, a worker mid-step) never waits on Redis: a push costs a queue
-    put. One loop keeps one connection pool (async_to_sync per push would open a new loop
-    and connection every time) and one queue keeps the events of a process in order.
-    A failed push is logged; the RunEvent row is the truth and viewers replay it.
+    Sends are synchronous (a PUBLISH each), so there is nothing to wait for; tests and
+    tools call this to say that they rely on it.
     """
+
+
+class _Publisher:
+    """Send events to the channel layer from the caller's thread, cheaply.
+
+    With Channels' Redis pub/sub layer a group send is one PUBLISH of the layer's own
+    serialization to the group's channel; doing it on a kept, synchronous connection costs
+    a few tens of microseconds, where async_to_sync per event opened a loop and a
+    connection each time (milliseconds) and a background sender fought the caller for the
+    GIL. Other layers go through their async API. A failed push is logged once per outage
+    and pushes pause for a second; the RunEvent row is the truth and viewers replay it.
+    """
+
+    _PAUSE_AFTER_FAILURE = 1.0
 
     def __init__(self) -> None:
         self._pid: int | None = None
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[tuple[list[str], dict[str, Any]]] | None = None
-        self._layer_down = False
+        self._client: redis.Redis | None = None
+        self._down_until = 0.0
+        self._warned = False
 
-    def submit(self, groups: list[str], message: dict[str, Any]) -> None:
-        loop = self._ensure_started()
-        loop.call_soon_threadsafe(self._queue.put_nowait, (groups, message))  # type: ignore[union-attr]
-
-    def flush(self, timeout: float) -> None:
-        if self._pid != os.getpid() or self._loop is None or self._queue is None:
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self._queue.join(), self._loop).result(timeout)
-        except Exception:  # noqa: BLE001 — at exit, a slow Redis must not hang the process
-            logger.warning("gave up waiting for %d event(s) to reach the channel layer", self._queue.qsize())
-
-    def _ensure_started(self) -> asyncio.AbstractEventLoop:
-        # Started lazily and again after a fork (Celery's prefork children), since threads
-        # do not survive fork.
-        if self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():
-                    self._start()
-        return self._loop  # type: ignore[return-value]
-
-    def _start(self) -> None:
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            self._queue = asyncio.Queue()
-            loop.create_task(self._drain())
-            ready.set()
-            loop.run_forever()
-
-        threading.Thread(target=run, name="agentfast-events", daemon=True).start()
-        ready.wait()
-        self._loop, self._pid = loop, os.getpid()
-
-    async def _drain(self) -> None:
+    def send(self, groups: list[str], message: dict[str, Any]) -> None:
         from channels.layers import get_channel_layer
 
-        assert self._queue is not None
-        while True:
-            groups, message = await self._queue.get()
-            try:
-                layer = get_channel_layer()
-                if layer is not None:
-                    for group in groups:
-                        await layer.group_send(group, message)
-                self._layer_down = False
-            except Exception as exc:  # noqa: BLE001 — any transport failure is non-fatal here
-                # Say it once per outage, not once per streamed token.
-                log = logger.debug if self._layer_down else logger.warning
-                log("could not push %s events to the channel layer (viewers will replay them): %s", message["event"], exc)
-                self._layer_down = True
-            finally:
-                self._queue.task_done()
+        layer = get_channel_layer()
+        if layer is None or time.monotonic() < self._down_until:
+            return
+        try:
+            if isinstance(layer, RedisPubSubChannelLayer):
+                payload = layer.serialize(message)
+                client = self._redis()
+                for group in groups:
+                    client.publish(_group_channel(group), payload)
+            else:
+                for group in groups:
+                    async_to_sync(layer.group_send)(group, message)
+        except Exception as exc:  # noqa: BLE001 — any transport failure is non-fatal here
+            self._down_until = time.monotonic() + self._PAUSE_AFTER_FAILURE
+            if not self._warned:
+                logger.warning("could not push %s events to the channel layer (viewers will replay them): %s", message["event"], exc)
+            self._warned = True
+        else:
+            self._warned = False
+
+    def _redis(self) -> redis.Redis:
+        # One connection per process, made again after a fork (Celery's prefork children).
+        if self._client is None or self._pid != os.getpid():
+            self._client = redis.Redis.from_url(_layer_config()["hosts"][0]["address"], socket_connect_timeout=1, socket_timeout=2)
+            self._pid = os.getpid()
+        return self._client
 
 
-_pusher = _Pusher()
-atexit.register(flush, 2.0)
+def _layer_config() -> dict[str, Any]:
+    return settings.CHANNEL_LAYERS["default"].get("CONFIG", {})
+
+
+def _group_channel(group: str) -> str:
+    # The Redis channel RedisPubSubChannelLayer subscribes a group's members to
+    # (tests/agents/test_events.py checks that a layer subscriber receives what we publish).
+    return f"{_layer_config().get('prefix', 'asgi')}__group__{group}"
+
+
+_publisher = _Publisher()

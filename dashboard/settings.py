@@ -154,10 +154,12 @@ CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS",
 REDIS_URL = _redis_url()
 REDIS_IS_EMBEDDED = "REDIS_URL" not in os.environ
 
+# Redis pub/sub: a group send is one PUBLISH. Nothing is queued for a viewer who is away;
+# viewers catch up from RunEvent rows (SSE replay, the inbox's re-sync).
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [{"address": REDIS_URL}], "capacity": 1000, "expiry": 30},
+        "BACKEND": os.environ.get("AGENTFAST_CHANNEL_LAYER", "channels_redis.pubsub.RedisPubSubChannelLayer"),
+        "CONFIG": {"hosts": [{"address": REDIS_URL}]},
     }
 }
 

@@ -1,17 +1,240 @@
-"""Pages of the dashboard."""
+"""Pages of the reviewers' dashboard: inbox, approval, runs, audit.
+
+Each view parses its input, calls a service or a selector, and renders. An htmx request
+gets the partial that a full page includes, so every piece of markup has one template.
+"""
 
 from __future__ import annotations
 
+import csv
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+from django.core.paginator import Page, Paginator
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
 
-from agents import selectors
+from agents import selectors, services
+from agents.models import Approval, AuditEntry, Message, Run, RunEvent
+from agents.tools import registry
+from dashboard.auth import admin_required, attempt_from, reviewer_required
+from dashboard.forms import AuditFilter, DecisionForm, InboxFilter, RunFilter
+
+INBOX_PAGE_SIZE = 20
+RUNS_PAGE_SIZE = 25
+AUDIT_PAGE_SIZE = 50
 
 
-def home(request: HttpRequest) -> HttpResponse:
-    pending = selectors.approval_list(status="pending").count() if request.user.is_authenticated else None
-    return render(request, "dashboard/home.html", {"pending": pending})
+def _page(items: QuerySet[Any], request: HttpRequest, size: int) -> Page:
+    return Paginator(items, size).get_page(request.GET.get("page"))
+
+
+def _query_without_page(request: HttpRequest) -> str:
+    """Return the current filters as a query string, for pagination links."""
+    return urlencode([(key, value) for key, value in request.GET.items() if key != "page" and value])
+
+
+# -- inbox -------------------------------------------------------------------------------
+
+
+def pending_approvals(filters: InboxFilter) -> QuerySet[Approval]:
+    """Return the pending approvals a filtered inbox lists, newest first."""
+    return filters.apply(selectors.approval_list(status=Approval.Status.PENDING))
+
+
+@require_GET
+@reviewer_required
+def inbox(request: HttpRequest) -> HttpResponse:
+    filters = InboxFilter(request.GET)
+    page = _page(pending_approvals(filters), request, INBOX_PAGE_SIZE)
+    context = {
+        "page": page,
+        "count": page.paginator.count,
+        "filters": filters,
+        "filtered": any(filters.data.get(key) for key in ("agent", "tool")),
+        "agents": Run.objects.order_by("agent").values_list("agent", flat=True).distinct(),
+        "tools": Approval.objects.order_by("tool").values_list("tool", flat=True).distinct(),
+        "query": _query_without_page(request),
+        # The consumer filters live cards the same way, and inserts them on the first page only.
+        "ws_url": "/ws/inbox/?" + urlencode({**request.GET.dict(), "page": page.number}),
+    }
+    template = "dashboard/_inbox_list.html" if request.htmx else "dashboard/inbox.html"
+    return render(request, template, context)
+
+
+# -- one approval ------------------------------------------------------------------------
+
+
+def _approval_or_404(approval_id: str) -> Approval:
+    try:
+        return selectors.approval_get(approval_id)
+    except services.NotFound:
+        raise Http404("No such approval.") from None
+
+
+def _approval_context(approval: Approval, form: DecisionForm, **extra: Any) -> dict[str, Any]:
+    tool = registry.get(approval.tool)
+    return {
+        "approval": approval,
+        "form": form,
+        "tool": tool,
+        "schema": tool.parameters_schema() if tool else None,
+        "messages": Message.objects.filter(run_id=approval.run_id).order_by("seq"),
+        **extra,
+    }
+
+
+@require_GET
+@reviewer_required
+def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
+    approval = _approval_or_404(approval_id)
+    return render(request, "dashboard/approval.html", _approval_context(approval, DecisionForm(approval=approval)))
+
+
+@require_POST
+@reviewer_required
+def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
+    """Record a decision; a decision already taken is shown (409), never an error page.
+
+    The response fits where the request came from: the inbox card it replaces, the
+    decision panel of the approval page, or (without htmx) the page itself.
+    """
+    approval = _approval_or_404(approval_id)
+    form = DecisionForm(request.POST, approval=approval)
+    status, approval = _decide(request, form) if form.is_valid() else (422, approval)
+    if request.htmx and request.htmx.target == f"card-{approval.id}":
+        return render(request, "dashboard/_approval_card.html", {"approval": approval, "form": form, "just_decided": status != 422}, status=status)
+    if request.htmx:
+        return render(request, "dashboard/_decision.html", {"approval": approval, "form": form, "conflict": status == 409}, status=status)
+    if status == 200:
+        return redirect("approval", approval_id=approval.id)
+    context = _approval_context(approval, form, conflict=status == 409)
+    return render(request, "dashboard/approval.html", context, status=status)
+
+
+def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval]:
+    """Call the service; return the HTTP status and the approval as it now stands."""
+    data = form.cleaned_data
+    try:
+        services.approval_decide(
+            approval_id=form.approval.id,
+            decision=data["decision"],
+            attempt=attempt_from(request, source=AuditEntry.Source.WEB),
+            note=data["note"],
+            feedback=data["feedback"] if data["decision"] == Approval.Status.REJECTED else "",
+            arguments=form.edited_arguments(),
+            payload=form.payload(),
+        )
+    except (services.AlreadyDecided, services.WrongState):
+        return 409, selectors.approval_get(form.approval.id)
+    except services.InvalidInput as exc:
+        form.add_service_error(exc.details.get("field", ""), exc.message)
+        return 422, form.approval
+    return 200, selectors.approval_get(form.approval.id)
+
+
+# -- runs --------------------------------------------------------------------------------
+
+
+@require_GET
+@reviewer_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    filters = RunFilter(request.GET)
+    status = filters.cleaned_data["status"] if filters.is_valid() else ""
+    runs = selectors.run_list(status=status or None).annotate(
+        pending=Count("approvals", filter=Q(approvals__status=Approval.Status.PENDING))
+    )
+    context = {
+        "page": _page(runs, request, RUNS_PAGE_SIZE),
+        "status": status,
+        "statuses": Run.Status.choices,
+        "query": _query_without_page(request),
+    }
+    template = "dashboard/_runs_table.html" if request.htmx else "dashboard/runs.html"
+    return render(request, template, context)
+
+
+@require_GET
+@reviewer_required
+def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+    try:
+        run = selectors.run_get(run_id)
+    except services.NotFound:
+        raise Http404("No such run.") from None
+    context = {
+        "run": run,
+        "events": RunEvent.objects.filter(run=run).order_by("seq"),
+        "approvals": run.approvals.order_by("created_at"),
+    }
+    template = "dashboard/_timeline.html" if request.htmx else "dashboard/run.html"
+    return render(request, template, context)
+
+
+# -- audit -------------------------------------------------------------------------------
+
+AUDIT_CSV_COLUMNS = (
+    "created_at", "actor", "on_behalf_of", "action", "tool", "approval_id", "run_id",
+    "source", "origin", "outcome", "note", "arguments_diff", "detail",
+)
+
+
+@require_GET
+@admin_required
+def audit(request: HttpRequest) -> HttpResponse:
+    filters = AuditFilter(request.GET)
+    context = {
+        "page": _page(filters.apply(AuditEntry.objects.all()), request, AUDIT_PAGE_SIZE),
+        "filters": filters,
+        "people": AuditEntry.objects.order_by("actor").values_list("actor", flat=True).distinct(),
+        "tools": AuditEntry.objects.exclude(tool="").order_by("tool").values_list("tool", flat=True).distinct(),
+        "query": _query_without_page(request),
+    }
+    return render(request, "dashboard/audit.html", context)
+
+
+@require_GET
+@admin_required
+def audit_csv(request: HttpRequest) -> StreamingHttpResponse:
+    """Stream the filtered audit history as CSV, one row per decision attempt."""
+    entries = AuditFilter(request.GET).apply(AuditEntry.objects.all())
+    name = f"agentfast-audit-{timezone.now():%Y%m%d-%H%M%S}.csv"
+    response = StreamingHttpResponse(_csv_lines(entries), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_lines(entries: QuerySet[AuditEntry]) -> Iterator[str]:
+    writer = csv.writer(_Echo())
+    yield writer.writerow(AUDIT_CSV_COLUMNS)
+    for entry in entries.iterator(chunk_size=500):
+        detail = entry.detail or {}
+        row = [
+            entry.created_at.isoformat(), entry.actor, entry.on_behalf_of, entry.action, entry.tool,
+            entry.approval_id, entry.run_id, entry.source, entry.origin, entry.outcome, detail.get("note", ""),
+            json.dumps(detail.get("arguments_diff", {}), ensure_ascii=False),
+            json.dumps(detail, ensure_ascii=False, default=str),
+        ]
+        yield writer.writerow([_spreadsheet_safe(str(value)) for value in row])
+
+
+def _spreadsheet_safe(value: str) -> str:
+    # Notes and arguments are untrusted: a cell starting with = + - @ would run as a
+    # formula when the export is opened in a spreadsheet (CSV injection).
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+# -- health ------------------------------------------------------------------------------
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

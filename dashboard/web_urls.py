@@ -7,6 +7,12 @@ from django.urls import path
 from dashboard import views
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", views.inbox, name="inbox"),
+    path("approvals/<str:approval_id>", views.approval_detail, name="approval"),
+    path("approvals/<str:approval_id>/decide", views.approval_decide, name="approval-decide"),
+    path("runs", views.run_list, name="runs"),
+    path("runs/<str:run_id>", views.run_detail, name="run"),
+    path("audit", views.audit, name="audit"),
+    path("audit.csv", views.audit_csv, name="audit-csv"),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -21,14 +21,8 @@ def _elapsed(value: datetime) -> str:
 
 
 @register.filter
-def ago(value: datetime | None) -> str:
-    """Render a past moment as '2 s ago', '3 min ago', '5 h ago' (static/js/app.js keeps it fresh)."""
-    return f"{_elapsed(value)} ago" if value else ""
-
-
-@register.filter
-def waited(value: datetime | None) -> str:
-    """Render how long something has waited since a moment: '2 s', '3 min'."""
+def elapsed(value: datetime | None) -> str:
+    """Render the time since a moment as '2 s', '3 min', '5 h' (static/js/app.js keeps it fresh)."""
     return _elapsed(value) if value else ""
 
 
@@ -42,3 +36,17 @@ def pretty_json(value: Any) -> str:
 def compact_json(value: Any) -> str:
     """Return one-line JSON as plain text, for tables."""
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+@register.filter
+def startswith(value: str, prefix: str) -> bool:
+    return str(value).startswith(prefix)
+
+
+@register.filter
+def json_text(value: str) -> str:
+    """Pretty-print a JSON string (a tool output, wire-format arguments); other text as is."""
+    try:
+        return pretty_json(json.loads(value))
+    except (TypeError, ValueError):
+        return value

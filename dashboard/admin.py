@@ -1,0 +1,82 @@
+"""The Django admin: a read-only window on the engine's rows.
+
+Every state change goes through agents.services (compare-and-set, audit, events), so the
+admin adds, changes and deletes nothing; the audit history above all is append-only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from agents.models import ApiToken, Approval, AuditEntry, Message, Run, RunEvent, SideEffect, ToolCall
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ("id", "agent", "status", "created_by", "created_at", "updated_at")
+    list_filter = ("status", "agent")
+    search_fields = ("id", "input")
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyAdmin):
+    list_display = ("run", "seq", "role", "created_at")
+    list_filter = ("role",)
+    search_fields = ("run__id",)
+
+
+@admin.register(ToolCall)
+class ToolCallAdmin(ReadOnlyAdmin):
+    list_display = ("run", "call_id", "name", "status", "hitl_mode", "executed_at")
+    list_filter = ("status", "name")
+    search_fields = ("run__id", "call_id")
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    list_display = ("id", "tool", "mode", "status", "decided_by", "decided_at", "created_at")
+    list_filter = ("status", "mode", "tool")
+    search_fields = ("id", "run__id", "decided_by")
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(ReadOnlyAdmin):
+    list_display = ("run", "seq", "type", "created_at")
+    list_filter = ("type",)
+    search_fields = ("run__id",)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "actor", "action", "tool", "approval_id", "source", "outcome")
+    list_filter = ("outcome", "source", "action", "tool")
+    search_fields = ("actor", "on_behalf_of", "approval_id", "run_id")
+    date_hierarchy = "created_at"
+
+
+@admin.register(SideEffect)
+class SideEffectAdmin(ReadOnlyAdmin):
+    list_display = ("tool", "idempotency_key", "created_at")
+    list_filter = ("tool",)
+    search_fields = ("idempotency_key",)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ReadOnlyAdmin):
+    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
+    # The hash is a credential verifier: not worth showing to anyone.
+    exclude = ("token_hash",)

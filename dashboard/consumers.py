@@ -1,0 +1,105 @@
+"""Live pushes to reviewers' browsers: inbox cards and run timelines, as htmx partials.
+
+The engine sends `{"type": "run.event", ...}` to the Channels groups after commit
+(agents.events); these consumers turn each event into the same partial a page load
+renders, marked for an out-of-band swap that htmx's ws extension applies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.generic.websocket import WebsocketConsumer
+from django.http import QueryDict
+from django.template.loader import render_to_string
+
+from agents import events, selectors, services
+from agents.models import Approval, RunEvent
+from dashboard.auth import is_reviewer
+from dashboard.forms import InboxFilter
+
+FORBIDDEN = 4403  # the websocket close code that says "not for you" (HTTP 403)
+NOT_FOUND = 4404
+
+
+class _GroupConsumer(WebsocketConsumer):
+    """Accept reviewers only, then join one group; subclasses name it and render events."""
+
+    group: str = ""
+
+    def connect(self) -> None:
+        # Closing before accept refuses the handshake (daphne answers 403).
+        if not is_reviewer(self.scope["user"]):
+            self.close(code=FORBIDDEN)
+            return
+        group = self.group_for_connection()
+        if group is None:
+            self.close(code=NOT_FOUND)
+            return
+        async_to_sync(self.channel_layer.group_add)(group, self.channel_name)
+        self.group = group
+        self.accept()
+
+    def disconnect(self, code: int) -> None:
+        if self.group:
+            async_to_sync(self.channel_layer.group_discard)(self.group, self.channel_name)
+
+    def group_for_connection(self) -> str | None:
+        raise NotImplementedError
+
+    def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Ignore what the browser sends: decisions go through the views (CSRF, audit)."""
+
+
+class InboxConsumer(_GroupConsumer):
+    """Push new approvals as cards and remove decided ones, in every open inbox."""
+
+    def group_for_connection(self) -> str:
+        params = QueryDict(self.scope["query_string"].decode())
+        self.filters = InboxFilter(params)
+        # Cards slide in on the first page only; later pages would show them out of order.
+        self.first_page = params.get("page", "1") in ("", "1")
+        return events.APPROVALS_GROUP
+
+    def run_event(self, message: dict[str, Any]) -> None:
+        if message["event"] == RunEvent.Type.APPROVAL_REQUIRED:
+            html = self._card(message["data"]["approval_id"])
+        elif message["event"] == RunEvent.Type.APPROVAL_DECIDED:
+            html = render_to_string("dashboard/_card_gone.html", {"approval_id": message["data"]["approval_id"]})
+        else:
+            return
+        if html is not None:
+            count = self.filters.apply(selectors.approval_list(status=Approval.Status.PENDING)).count()
+            self.send(text_data=html + render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True}))
+
+    def _card(self, approval_id: str) -> str | None:
+        try:
+            approval = selectors.approval_get(approval_id)
+        except services.NotFound:
+            return None
+        # Decided already (a fast reviewer) or filtered out: nothing to add.
+        if approval.status != Approval.Status.PENDING or not self.first_page or not self.filters.matches(approval):
+            return None
+        return render_to_string("dashboard/_card_push.html", {"approval": approval})
+
+
+class RunConsumer(_GroupConsumer):
+    """Append each stored event of one run to its open timelines, and refresh its status."""
+
+    def group_for_connection(self) -> str | None:
+        self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        try:
+            selectors.run_get(self.run_id)
+        except services.NotFound:
+            return None
+        return events.run_group(self.run_id)
+
+    def run_event(self, message: dict[str, Any]) -> None:
+        if message["seq"] is None:
+            return  # streamed tokens: the timeline shows stored events only
+        event = RunEvent.objects.filter(run_id=self.run_id, seq=message["seq"]).first()
+        if event is None:
+            return
+        run = selectors.run_get(self.run_id)
+        self.send(text_data=render_to_string("dashboard/_event_push.html", {"event": event, "run": run}))
