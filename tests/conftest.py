@@ -19,6 +19,9 @@ from agents import embedded_redis, services
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The `fake_openai` fixture: a real local OpenAI-compatible server in place of a model.
+pytest_plugins = ["tests.support.fake_openai"]
+
 
 class RedisControl:
     """The test run's own redis-server, which a test may stop and start again."""

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from agents.services.approvals import Attempt, Decision, approval_decide, approval_expire, approval_expire_due
+from agents.services.approvals import (
+    Attempt,
+    Decision,
+    approval_decide,
+    approval_expire,
+    approval_expire_due,
+)
 from agents.services.effects import sideeffect_record
-from agents.services.errors import AlreadyDecided, InvalidInput, LeaseLost, NotFound, ServiceError, WrongState
+from agents.services.errors import (
+    AlreadyDecided,
+    InvalidInput,
+    LeaseLost,
+    NotFound,
+    ServiceError,
+    WrongState,
+)
 from agents.services.runs import (
     run_cancel,
     run_complete,

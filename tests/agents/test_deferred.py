@@ -7,7 +7,7 @@ from typing import Any
 
 from agents.models import Message, ToolCall
 from agents.runtime.execution import execute_deferred
-from tests.support.fake_openai import Reply, fake_openai, tool_messages  # noqa: F401 (fixture)
+from tests.support.fake_openai import Reply, tool_messages
 from tests.support.flows import decide, pending, resume, start
 
 CONFIG = """

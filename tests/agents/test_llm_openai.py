@@ -18,7 +18,7 @@ from agents.llm import ModelError, get_model
 from agents.llm.openai import OpenAIModel
 from agents.models import Approval, Message, Run, SideEffect, ToolCall
 from agents.runtime import drive
-from tests.support.fake_openai import FakeOpenAI, Reply, fake_openai, text_pieces, tool_messages  # noqa: F401
+from tests.support.fake_openai import FakeOpenAI, Reply, text_pieces, tool_messages
 
 USER = [{"role": "user", "content": "Where is order A1001?"}]
 LOOKUP_SPEC = {

@@ -11,7 +11,7 @@ import pytest
 from agents import serializers, services
 from agents.models import Approval, Run, SideEffect, ToolCall
 from tests.conftest import wait_for
-from tests.support.fake_openai import Reply, fake_openai, tool_messages  # noqa: F401 (fixture)
+from tests.support.fake_openai import Reply, tool_messages
 from tests.support.flows import decide
 
 pytestmark = pytest.mark.integration

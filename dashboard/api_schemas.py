@@ -1,0 +1,166 @@
+"""Request and response shapes of the JSON API, as OpenAPI documents them.
+
+Responses mirror agents.serializers (the CLI's --json) field for field; the API returns
+those dicts, and tests check that both stay equal. Requests are strict: unknown fields,
+wrong JSON types and NUL characters (which PostgreSQL cannot store) are refused with 400.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from ninja import Schema
+from pydantic import AfterValidator, ConfigDict, Field
+
+MAX_TEXT = 10_000  # as agents.services.approvals.MAX_TEXT_CHARS
+MAX_PROMPT = 100_000  # as agents.services.runs.MAX_INPUT_CHARS
+
+
+def _without_nul(value: Any) -> Any:
+    if "\\u0000" in json.dumps(value):
+        raise ValueError("NUL characters are not allowed")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_without_nul)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(_without_nul)]
+Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+# Ids and names are plain words; refusing anything else keeps odd bytes out of the queries.
+Id = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-]+$")]
+Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")]
+ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "all"]
+RunStatus = Literal["queued", "running", "suspended", "completed", "failed", "cancelled", "all"]
+
+
+class _Strict(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# -- requests ----------------------------------------------------------------------------
+
+
+class RunCreateIn(_Strict):
+    agent: Annotated[Text, Field(min_length=1, max_length=100, description="An agent of agentfast.yaml")]
+    input: Annotated[Text, Field(min_length=1, max_length=MAX_PROMPT, description="The user's prompt")]
+    auto_resume: bool = Field(True, description="Resume in a worker once its approvals are decided")
+
+
+class DecideIn(_Strict):
+    decision: Literal["approved", "rejected"]
+    note: Annotated[Text, Field(max_length=MAX_TEXT, description="Why; the model reads it on a rejection")] = ""
+    feedback: Annotated[Text, Field(max_length=MAX_TEXT, description="Rejections only: a user message to revise with")] = ""
+    arguments: JsonObject | None = Field(None, description="Approvals only: edited arguments, checked against the tool's schema")
+    payload: JsonObject | None = Field(None, description="The answer to a tool that asked for a decision itself")
+    decided_by: Annotated[Text, Field(min_length=1, max_length=150)] | None = Field(
+        None, description="Defaults to you; another name needs the 'decide on behalf' permission"
+    )
+    auto_resume: bool | None = Field(None, description="false: leave the resume to the caller (default: the run's setting)")
+
+
+# -- responses ---------------------------------------------------------------------------
+
+
+class ErrorOut(Schema):
+    error_code: str
+    message: str
+    field: str | None = None
+
+
+class ApprovalSummaryOut(Schema):
+    id: str
+    run_id: str
+    tool: str
+    arguments: dict[str, Any] | None
+    mode: str
+    status: str
+    created_at: Timestamp | None
+
+
+class ApprovalDetailOut(ApprovalSummaryOut):
+    agent: str
+    request: dict[str, Any] | None
+    decided_by: str | None
+    decided_at: Timestamp | None
+    note: str
+    feedback: str
+    edited_arguments: dict[str, Any] | None
+    payload: dict[str, Any] | None
+    expires_at: Timestamp | None
+
+
+class DecisionOut(ApprovalDetailOut):
+    outcome: Literal["decided", "idempotent"]
+    resume_enqueued: bool
+
+
+class ConflictOut(ErrorOut):
+    approval: ApprovalDetailOut | None = None
+
+
+class LeaseHeldOut(ErrorOut):
+    lease_owner: str | None = None
+    lease_expires_at: Timestamp | None = None
+
+
+class MessageOut(Schema):
+    seq: int
+    role: str
+    content: str
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+
+
+class ToolCallOut(Schema):
+    call_id: str
+    name: str
+    arguments: dict[str, Any] | None
+    status: str
+    executed_at: Timestamp | None
+    executed_arguments: dict[str, Any] | None
+    result: dict[str, Any] | None
+    in_doubt: bool
+
+
+class RunApprovalOut(Schema):
+    id: str
+    tool: str
+    mode: str
+    status: str
+    decided_by: str | None
+    note: str
+
+
+class RunSummaryOut(Schema):
+    id: str
+    agent: str
+    status: str
+    input: str
+    created_at: Timestamp | None
+
+
+class RunDetailOut(RunSummaryOut):
+    auto_resume: bool
+    created_by: str
+    updated_at: Timestamp | None
+    lease_owner: str | None
+    lease_expires_at: Timestamp | None
+    output: str
+    error: str
+    messages: list[MessageOut]
+    tool_calls: list[ToolCallOut]
+    approvals: list[RunApprovalOut]
+
+
+class _Page(Schema):
+    count: int = Field(description="How many match, on all pages")
+    limit: int
+    offset: int
+
+
+class ApprovalPageOut(_Page):
+    items: list[ApprovalSummaryOut]
+
+
+class RunPageOut(_Page):
+    items: list[RunSummaryOut]

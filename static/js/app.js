@@ -1,0 +1,70 @@
+// agentfast: the few behaviours htmx does not cover. Plain script, no build step.
+(function () {
+  "use strict";
+
+  // "2 s", "3 min", "5 h", "2 d": the wording of the server's |elapsed filter.
+  function elapsed(since) {
+    var seconds = Math.max(0, Math.floor((Date.now() - since) / 1000));
+    var units = [["d", 86400], ["h", 3600], ["min", 60]];
+    for (var i = 0; i < units.length; i++) {
+      if (seconds >= units[i][1]) return Math.floor(seconds / units[i][1]) + " " + units[i][0];
+    }
+    return seconds + " s";
+  }
+
+  function refreshTimes() {
+    document.querySelectorAll("time[data-elapsed]").forEach(function (node) {
+      var at = Date.parse(node.getAttribute("datetime"));
+      if (!isNaN(at)) node.textContent = elapsed(at);
+    });
+  }
+
+  // The inbox's title carries its count, so a background tab shows new approvals.
+  function syncTitle() {
+    var count = document.getElementById("pending-count");
+    if (!count) return;
+    var n = Number(count.dataset.count);
+    document.title = (n ? "(" + n + ") " : "") + "Inbox · agentfast";
+  }
+
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    var target = event.detail.target;
+    var incoming = event.detail.fragment && event.detail.fragment.firstElementChild;
+    // A live push can race the list's re-fetch after a (re)connect: keep one copy.
+    if (target.hasAttribute("data-live-list") && incoming && incoming.id) {
+      if (document.getElementById(incoming.id)) {
+        event.detail.shouldSwap = false;
+      } else {
+        incoming.classList.add("arriving");
+      }
+      return;
+    }
+    // The reviewer who decided reads the outcome on the card for a moment before it leaves.
+    if (target.classList.contains("card") && target.classList.contains("decided")) {
+      event.detail.shouldSwap = false;
+      target.classList.add("leaving");
+      setTimeout(function () { target.remove(); }, 1500);
+    }
+  });
+
+  function setLive(root, state, text) {
+    var live = root.querySelector(".live");
+    if (!live) return;
+    live.dataset.state = state;
+    live.querySelector(".live-text").textContent = text;
+  }
+
+  document.addEventListener("htmx:wsOpen", function (event) { setLive(event.target, "open", "Live"); });
+  document.addEventListener("htmx:wsClose", function (event) {
+    var refused = event.detail.event.code === 4403;
+    setLive(event.target, "closed", refused ? "Not allowed: sign in again" : "Reconnecting…");
+  });
+  document.addEventListener("htmx:wsAfterMessage", function () { syncTitle(); refreshTimes(); });
+  document.addEventListener("htmx:afterSettle", syncTitle);
+
+  document.addEventListener("change", function (event) {
+    if (event.target.matches("select[data-autosubmit]")) event.target.form.requestSubmit();
+  });
+
+  setInterval(refreshTimes, 5000);
+})();

@@ -1,0 +1,118 @@
+"""Who may see what: sign-in, roles (reviewer, admin), CSRF on every form."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from agents.models import Approval, AuditEntry
+
+
+def reviewer_pages(approval: Approval) -> list[str]:
+    return ["/", f"/approvals/{approval.id}", "/runs", f"/runs/{approval.run_id}"]
+
+
+def test_it_shows_the_sign_in_page(client):
+    response = client.get("/accounts/login/")
+
+    assert response.status_code == 200
+    assert b'name="csrfmiddlewaretoken"' in response.content
+    assert b'name="username"' in response.content and b'name="password"' in response.content
+
+
+def test_it_signs_a_reviewer_in_and_out(client, alice):
+    response = client.post("/accounts/login/", {"username": "alice", "password": "alice-password"})
+    assert response.status_code == 302 and response.url == "/"
+    assert b"alice" in client.get("/").content
+
+    response = client.post("/accounts/logout/")
+    assert response.status_code == 302 and response.url == "/accounts/login/"
+    assert client.get("/").status_code == 302
+
+
+def test_it_refuses_a_wrong_password_with_a_message(client, alice):
+    response = client.post("/accounts/login/", {"username": "alice", "password": "nope"})
+
+    assert response.status_code == 200
+    assert b"Please enter a correct username and password" in response.content
+
+
+def test_it_sends_anonymous_visitors_to_sign_in(client, approval):
+    for url in [*reviewer_pages(approval), "/audit", "/audit.csv"]:
+        response = client.get(url)
+        assert response.status_code == 302, url
+        assert response.url.startswith("/accounts/login/?next="), url
+
+
+def test_it_sends_an_anonymous_decision_to_sign_in_and_changes_nothing(client, approval):
+    response = client.post(f"/approvals/{approval.id}/decide", {"decision": "approved"})
+
+    assert response.status_code == 302 and response.url.startswith("/accounts/login/")
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+
+
+def test_it_refuses_every_reviewer_page_to_a_user_without_a_role(client_for, dave, approval):
+    client = client_for(dave)
+
+    for url in reviewer_pages(approval):
+        response = client.get(url)
+        assert response.status_code == 403, url
+        assert b"no reviewer role" in response.content
+
+
+def test_it_refuses_a_decision_from_a_user_without_a_role(client_for, dave, approval):
+    response = client_for(dave).post(f"/approvals/{approval.id}/decide", {"decision": "approved"})
+
+    assert response.status_code == 403
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+    assert not AuditEntry.objects.filter(outcome="decided").exists()
+
+
+def test_it_keeps_the_audit_for_admins(client_for, alice, carol, approval):
+    for url in ("/audit", "/audit.csv"):
+        assert client_for(alice).get(url).status_code == 403
+        assert client_for(carol).get(url).status_code == 200
+
+
+def test_it_lets_an_admin_do_what_a_reviewer_does(client_for, carol, approval):
+    client = client_for(carol)
+
+    for url in reviewer_pages(approval):
+        assert client.get(url).status_code == 200, url
+
+
+def test_it_shows_the_audit_link_to_admins_only(client_for, alice, carol):
+    assert b'href="/audit"' not in client_for(alice).get("/").content
+    assert b'href="/audit"' in client_for(carol).get("/").content
+
+
+@pytest.mark.parametrize("with_token", [False, True])
+def test_it_requires_the_csrf_token_on_a_decision(alice, approval, with_token):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    page = client.get(f"/approvals/{approval.id}")
+    headers = {"X-CSRFToken": str(page.context["csrf_token"])} if with_token else {}
+
+    response = client.post(f"/approvals/{approval.id}/decide", {"decision": "approved"}, headers=headers)
+
+    approval.refresh_from_db()
+    if with_token:
+        assert response.status_code == 302 and approval.status == "approved"
+    else:
+        assert response.status_code == 403 and approval.status == "pending"
+
+
+def test_it_puts_the_csrf_token_where_htmx_sends_it(client_for, alice, approval):
+    body = client_for(alice).get("/").content.decode()
+
+    assert '<body hx-headers=\'{"X-CSRFToken": "' in body
+
+
+def test_it_requires_the_csrf_token_to_sign_in(alice):
+    client = Client(enforce_csrf_checks=True)
+
+    response = client.post("/accounts/login/", {"username": "alice", "password": "alice-password"})
+
+    assert response.status_code == 403
