@@ -83,7 +83,9 @@ def _approval_context(approval: Approval, form: DecisionForm, **extra: Any) -> d
     return {
         "approval": approval,
         "form": form,
-        "tool": tool,
+        # Not the Tool itself: templates call callables, and a Tool is one.
+        "tool_registered": tool is not None,
+        "tool_description": tool.description if tool else "",
         "schema": tool.parameters_schema() if tool else None,
         "messages": Message.objects.filter(run_id=approval.run_id).order_by("seq"),
         **extra,

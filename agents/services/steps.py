@@ -54,7 +54,13 @@ def step_open(
     """
     messages = [Message(run_id=run_id, seq=seq, role=Message.Role.ASSISTANT, content=content, tool_calls=tool_calls)]
     rows = [
-        ToolCall(run_id=run_id, call_id=c.call_id, step=seq, name=c.name, arguments=c.arguments, status=c.status, hitl_mode=c.hitl_mode)
+        ToolCall(
+            run_id=run_id, call_id=c.call_id, step=seq, name=c.name, arguments=c.arguments, status=c.status,
+            hitl_mode=c.hitl_mode,
+            # A call refused before it ran keeps what the model was told; a deferred call's
+            # result stays empty until it runs (the compare-and-set looks for that).
+            result=c.output if c.status == ToolCall.Status.FAILED else None,
+        )
         for c in calls
     ]
     items: list[tuple[str, dict[str, Any]]] = []

@@ -181,3 +181,69 @@ def test_it_creates_and_revokes_api_tokens(db, capsys, alice):
     assert services.token_authenticate(token) is None
     code, _, err = run_cli(capsys, "tokens", "create", "nobody")
     assert code == 1 and "no active user 'nobody'" in err
+
+
+def _start_inline(capsys: pytest.CaptureFixture[str], prompt: str) -> dict:
+    code, out, err = run_cli(capsys, "runs", "start", "--agent", "support", "--inline", "--json", prompt)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _pending_ids(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    return [row["id"] for row in json.loads(run_cli(capsys, "approvals", "list", "--json")[1])]
+
+
+def _show(capsys: pytest.CaptureFixture[str], run_id: str) -> dict:
+    return json.loads(run_cli(capsys, "runs", "show", run_id, "--json")[1])
+
+
+def test_it_revises_through_the_cli_with_feedback(db, capsys):
+    run = _start_inline(capsys, REFUND)
+    [first] = _pending_ids(capsys)
+
+    run_cli(capsys, "approvals", "reject", first, "--by", "alice", "--feedback", "make it 10.00", "--no-resume")
+    run_cli(capsys, "runs", "resume", run["id"], "--inline")
+    [second] = _pending_ids(capsys)
+    run_cli(capsys, "approvals", "approve", second, "--by", "alice", "--no-resume")
+    run_cli(capsys, "runs", "resume", run["id"], "--inline")
+
+    assert _show(capsys, run["id"])["status"] == "completed"
+    assert [e.arguments["amount_cents"] for e in SideEffect.objects.all()] == [1000]
+
+
+def test_it_decides_parallel_calls_through_the_cli_resuming_after_both(db, capsys):
+    run = _start_inline(capsys, "Refund orders A1001 and A1002 for 10.00 USD each")
+    first, second = _pending_ids(capsys)
+
+    run_cli(capsys, "approvals", "approve", first, "--by", "alice", "--no-resume")
+    code, _, err = run_cli(capsys, "runs", "resume", run["id"], "--inline")
+    assert code == 1 and "waits on 1 pending approval" in err
+    run_cli(capsys, "approvals", "approve", second, "--by", "alice", "--no-resume")
+    run_cli(capsys, "runs", "resume", run["id"], "--inline")
+
+    assert _show(capsys, run["id"])["status"] == "completed"
+    assert SideEffect.objects.count() == 2
+
+
+def test_it_answers_a_tool_that_asks_through_the_cli(db, capsys):
+    run = _start_inline(capsys, "Ask a human whether to expedite order A1003")
+    [approval_id] = _pending_ids(capsys)
+
+    code, out, _ = run_cli(capsys, "approvals", "show", approval_id)
+    assert "Should we expedite order A1003?" in out
+    run_cli(capsys, "approvals", "approve", approval_id, "--by", "alice", "--answer", "yes", "--no-resume")
+    run_cli(capsys, "runs", "resume", run["id"], "--inline")
+
+    assert _show(capsys, run["id"])["messages"][-1]["content"] == "A person answered: yes"
+
+
+def test_it_defers_an_email_and_shows_the_check_before_asking_through_the_cli(db, capsys):
+    deferred = _start_inline(capsys, "Email bob@example.com that his refund is on its way")
+    assert deferred["status"] == "completed"
+    [approval_id] = _pending_ids(capsys)
+    assert Approval.objects.get(pk=approval_id).mode == "defer"
+
+    checked = _start_inline(capsys, "Refund order A1001 for 80.00 USD")
+    assert checked["status"] == "completed"
+    assert _pending_ids(capsys) == [approval_id]  # nobody was asked about the refund
+    assert "at most the order total" in _show(capsys, checked["id"])["tool_calls"][-1]["result"]["message"]

@@ -1,0 +1,108 @@
+"""The inbox: pending approvals as cards, newest first, filtered, paginated, counted."""
+
+from __future__ import annotations
+
+import re
+
+from agents.models import Approval
+from dashboard import views
+from tests.dashboard.conftest import REFUND
+from tests.support.flows import decide, pending, start
+
+EMAIL = "Email bob@example.com that his refund is on its way"
+
+
+def card_ids(html: str) -> list[str]:
+    return re.findall(r'<article id="card-([^"]+)"', html)
+
+
+def test_it_lists_pending_approvals_newest_first_with_the_count_in_the_title(client_for, alice):
+    first, second = pending(start(REFUND))[0], pending(start(EMAIL))[0]
+    decided = pending(start(REFUND))[0]
+    decide(decided, "rejected")
+
+    response = client_for(alice).get("/")
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert card_ids(html) == [second.id, first.id]
+    assert "<title>(2) Inbox · agentfast</title>" in html
+    assert 'data-count="2"' in html
+
+
+def test_it_shows_what_a_reviewer_needs_on_a_card(client_for, alice, approval):
+    html = client_for(alice).get("/").content.decode()
+
+    assert "refund_request" in html and approval.run_id in html
+    assert "&quot;amount_cents&quot;: 2500" in html  # pretty JSON, escaped
+    assert "suspend" in html and "support" in html and "waiting" in html
+    assert REFUND in html
+    assert f'hx-post="/approvals/{approval.id}/decide"' in html
+
+
+def test_it_filters_by_agent_and_tool(client_for, alice):
+    refund, email = pending(start(REFUND))[0], pending(start(EMAIL))[0]
+    client = client_for(alice)
+
+    assert card_ids(client.get("/?tool=send_email").content.decode()) == [email.id]
+    assert card_ids(client.get("/?tool=refund_request&agent=support").content.decode()) == [refund.id]
+    filtered = client.get("/?agent=nobody").content.decode()
+    assert card_ids(filtered) == [] and "No approvals waiting for these filters" in filtered
+    # The live socket filters the same way.
+    assert 'ws-connect="/ws/inbox/?tool=send_email&amp;page=1"' in client.get("/?tool=send_email").content.decode()
+
+
+def test_it_paginates(client_for, alice, monkeypatch):
+    monkeypatch.setattr(views, "INBOX_PAGE_SIZE", 2)
+    ids = [pending(start(REFUND))[0].id for _ in range(3)]
+    client = client_for(alice)
+
+    first, second = client.get("/").content.decode(), client.get("/?page=2").content.decode()
+
+    assert card_ids(first) == ids[:0:-1] and card_ids(second) == ids[:1]
+    assert "Page 1 of 2" in first and 'href="?page=2"' in first
+    assert 'ws-connect="/ws/inbox/?page=2"' in second
+
+
+def test_it_explains_what_to_do_when_nothing_waits(client_for, alice):
+    html = client_for(alice).get("/").content.decode()
+
+    assert "No approvals waiting." in html
+    assert "agentfast runs start --agent support" in html
+    assert "<title>Inbox · agentfast</title>" in html
+
+
+def test_it_answers_htmx_with_the_list_partial_and_its_count(client_for, alice, approval):
+    response = client_for(alice).get("/", headers={"HX-Request": "true"})
+
+    html = response.content.decode()
+    assert card_ids(html) == [approval.id]
+    assert "<html" not in html and 'id="inbox-cards"' in html
+    assert 'id="pending-count" class="count" data-count="1" hx-swap-oob="true"' in html
+
+
+def test_it_approves_from_a_card_and_answers_with_the_decided_card(client_for, alice, approval):
+    response = client_for(alice).post(
+        f"/approvals/{approval.id}/decide",
+        {"decision": "approved"},
+        headers={"HX-Request": "true", "HX-Target": f"card-{approval.id}"},
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert card_ids(html) == [approval.id] and "decided" in html
+    assert "<strong>Approved</strong> by alice" in html
+    assert Approval.objects.get(pk=approval.id).status == "approved"
+
+
+def test_it_rejects_from_a_card_with_a_note(client_for, alice, approval):
+    response = client_for(alice).post(
+        f"/approvals/{approval.id}/decide",
+        {"decision": "rejected", "note": "customer already refunded"},
+        headers={"HX-Request": "true", "HX-Target": f"card-{approval.id}"},
+    )
+
+    assert response.status_code == 200
+    assert "<strong>Rejected</strong> by alice" in response.content.decode()
+    approval.refresh_from_db()
+    assert (approval.status, approval.note) == ("rejected", "customer already refunded")
