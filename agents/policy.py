@@ -11,13 +11,18 @@ tool_overrides:
   refund_request: {risk: high, hitl_mode: suspend}
   send_email:     {risk: high, hitl_mode: defer}
 ```
-A tool not listed under tool_overrides is low risk and runs without asking anyone.
+A tool not listed under tool_overrides is low risk and runs without asking anyone. An agent
+may carry its own `tool_overrides`, which win over these for its runs.
+
+More agents may be dropped in as `<AGENTFAST_AGENTS_DIR>/*.yaml` (default `var/agents.d/`),
+each with an `agents:` mapping only, names new: the playground writes the agents people
+compose on its page there.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +31,7 @@ from django.conf import settings
 
 RISKS = ("low", "medium", "high")
 MODES = ("suspend", "defer")
-_AGENT_KEYS = {"model", "system_prompt", "tools", "max_steps", "base_url", "description"}
+_AGENT_KEYS = {"model", "system_prompt", "tools", "max_steps", "base_url", "description", "tool_overrides"}
 _TOOL_KEYS = {"risk", "hitl_mode", "timeout_seconds"}
 
 
@@ -55,6 +60,8 @@ class AgentSpec:
     max_steps: int = 10
     base_url: str | None = None
     description: str = ""
+    # This agent's own risk settings; they win over the file's tool_overrides.
+    tool_overrides: dict[str, ToolPolicy] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -63,8 +70,10 @@ class Policy:
     agents: dict[str, AgentSpec] = field(default_factory=dict)
     tool_overrides: dict[str, ToolPolicy] = field(default_factory=dict)
 
-    def tool_policy(self, tool_name: str) -> ToolPolicy:
-        """Return the risk policy of a tool; unlisted tools are low risk."""
+    def tool_policy(self, tool_name: str, agent: AgentSpec | None = None) -> ToolPolicy:
+        """Return the risk policy of a tool (the agent's own first); unlisted tools are low risk."""
+        if agent is not None and tool_name in agent.tool_overrides:
+            return agent.tool_overrides[tool_name]
         return self.tool_overrides.get(tool_name, ToolPolicy())
 
     def agent(self, name: str) -> AgentSpec:
@@ -75,21 +84,42 @@ class Policy:
             raise ConfigError(f"unknown agent {name!r} (configured in {self.path}: {known})") from None
 
 
-_cache: dict[tuple[str, float], Policy] = {}
+_cache: dict[tuple[str, float, str, float], Policy] = {}
+
+
+def drop_in_dir() -> Path:
+    """Return the folder of drop-in agent files."""
+    return Path(os.environ.get("AGENTFAST_AGENTS_DIR") or Path(settings.VAR_DIR) / "agents.d")
 
 
 def get_policy() -> Policy:
-    """Return the policy of the configured file, re-read when the file changes."""
+    """Return the policy of the configured file and the drop-ins, re-read when either changes."""
     path = Path(os.environ.get("AGENTFAST_CONFIG") or settings.AGENTFAST_CONFIG)
     try:
         mtime = path.stat().st_mtime
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
-    key = (str(path), mtime)
+    folder = drop_in_dir()
+    try:
+        folder_mtime = folder.stat().st_mtime  # drop-ins are added whole (a rename), never edited
+    except OSError:
+        folder_mtime = 0.0
+    key = (str(path), mtime, str(folder), folder_mtime)
     if key not in _cache:
         _cache.clear()
-        _cache[key] = load(path)
+        _cache[key] = _with_drop_ins(load(path), folder)
     return _cache[key]
+
+
+def _with_drop_ins(policy: Policy, folder: Path) -> Policy:
+    agents = dict(policy.agents)
+    for path in sorted(folder.glob("*.yaml")):
+        extra = load(path)
+        _expect(not extra.tool_overrides, path, "tool_overrides", "give the agent its own tool_overrides instead")
+        for name, agent in extra.agents.items():
+            _expect(name not in agents, path, f"agents.{name}", "is defined already")
+            agents[name] = agent
+    return replace(policy, agents=agents)
 
 
 def load(path: Path) -> Policy:
@@ -164,6 +194,10 @@ def _agent(name: str, spec: Any, path: Path) -> AgentSpec:
         max_steps=max_steps,
         base_url=spec.get("base_url"),
         description=spec.get("description") or "",
+        tool_overrides={
+            str(tool): _tool_policy(rule, path, f"{key}.tool_overrides.{tool}")
+            for tool, rule in _mapping(spec.get("tool_overrides"), path, f"{key}.tool_overrides").items()
+        },
     )
 
 
@@ -177,12 +211,11 @@ def _check_tools_exist(agents: dict[str, AgentSpec], overrides: dict[str, ToolPo
                 path, f"agents.{agent.name}.tools[{index}]",
                 f"unknown tool {tool_name!r} (registered: {', '.join(registry.names())})",
             )
-    for tool_name in overrides:
-        _expect(
-            tool_name in registry,
-            path, f"tool_overrides.{tool_name}",
-            f"unknown tool {tool_name!r} (registered: {', '.join(registry.names())})",
-        )
+    keys = [f"tool_overrides.{tool}" for tool in overrides]
+    keys += [f"agents.{agent.name}.tool_overrides.{tool}" for agent in agents.values() for tool in agent.tool_overrides]
+    for key in keys:
+        tool_name = key.rsplit(".", 1)[1]
+        _expect(tool_name in registry, path, key, f"unknown tool {tool_name!r} (registered: {', '.join(registry.names())})")
 
 
 def _mapping(value: Any, path: Path, key: str) -> dict[Any, Any]:

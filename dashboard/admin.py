@@ -11,7 +11,16 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from agents.models import ApiToken, Approval, AuditEntry, Message, Run, RunEvent, SideEffect, ToolCall
+from agents.models import (
+    ApiToken,
+    Approval,
+    AuditEntry,
+    Message,
+    Run,
+    RunEvent,
+    SideEffect,
+    ToolCall,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

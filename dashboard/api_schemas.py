@@ -2,7 +2,7 @@
 
 Responses mirror agents.serializers (the CLI's --json) field for field; the API returns
 those dicts, and tests check that both stay equal. Requests are strict: unknown fields,
-wrong JSON types and NUL characters (which PostgreSQL cannot store) are refused with 400.
+wrong JSON types and text a database cannot store (NUL, lone surrogates) are refused with 400.
 """
 
 from __future__ import annotations
@@ -13,18 +13,28 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field
 
-MAX_TEXT = 10_000  # as agents.services.approvals.MAX_TEXT_CHARS
-MAX_PROMPT = 100_000  # as agents.services.runs.MAX_INPUT_CHARS
+from agents.services.approvals import MAX_TEXT_CHARS
+from agents.services.runs import MAX_INPUT_CHARS
 
 
-def _without_nul(value: Any) -> Any:
-    if "\\u0000" in json.dumps(value):
+def _storable(value: Any) -> Any:
+    """Refuse what no database column can hold: NUL, lone UTF-16 surrogates, NaN and infinities."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False)  # ValueError for NaN, ±Infinity
+    if "\\u0000" in text:
         raise ValueError("NUL characters are not allowed")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (a lone surrogate is not)") from None
     return value
 
 
-Text = Annotated[str, AfterValidator(_without_nul)]
-JsonObject = Annotated[dict[str, Any], AfterValidator(_without_nul)]
+def _text(*, max_length: int, min_length: int = 0, description: str = "") -> Any:
+    field = Field(min_length=min_length, max_length=max_length, description=description or None)
+    return Annotated[str, field, AfterValidator(_storable)]
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(_storable)]
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 # Ids and names are plain words; refusing anything else keeps odd bytes out of the queries.
 Id = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-]+$")]
@@ -41,18 +51,18 @@ class _Strict(Schema):
 
 
 class RunCreateIn(_Strict):
-    agent: Annotated[Text, Field(min_length=1, max_length=100, description="An agent of agentfast.yaml")]
-    input: Annotated[Text, Field(min_length=1, max_length=MAX_PROMPT, description="The user's prompt")]
+    agent: _text(min_length=1, max_length=100, description="An agent of agentfast.yaml")
+    input: _text(min_length=1, max_length=MAX_INPUT_CHARS, description="The user's prompt")
     auto_resume: bool = Field(True, description="Resume in a worker once its approvals are decided")
 
 
 class DecideIn(_Strict):
     decision: Literal["approved", "rejected"]
-    note: Annotated[Text, Field(max_length=MAX_TEXT, description="Why; the model reads it on a rejection")] = ""
-    feedback: Annotated[Text, Field(max_length=MAX_TEXT, description="Rejections only: a user message to revise with")] = ""
+    note: _text(max_length=MAX_TEXT_CHARS, description="Why; the model reads it on a rejection") = ""
+    feedback: _text(max_length=MAX_TEXT_CHARS, description="Rejections only: a user message to revise with") = ""
     arguments: JsonObject | None = Field(None, description="Approvals only: edited arguments, checked against the tool's schema")
     payload: JsonObject | None = Field(None, description="The answer to a tool that asked for a decision itself")
-    decided_by: Annotated[Text, Field(min_length=1, max_length=150)] | None = Field(
+    decided_by: _text(min_length=1, max_length=150) | None = Field(
         None, description="Defaults to you; another name needs the 'decide on behalf' permission"
     )
     auto_resume: bool | None = Field(None, description="false: leave the resume to the caller (default: the run's setting)")

@@ -24,7 +24,10 @@ NOT_FOUND = 4404
 
 
 class _GroupConsumer(WebsocketConsumer):
-    """Accept reviewers only, then join one group; subclasses name it and render events."""
+    """Accept reviewers only, then join one group; subclasses name it and render events.
+
+    Nothing the browser sends is read: decisions go through the views (CSRF, audit).
+    """
 
     group: str = ""
 
@@ -33,7 +36,7 @@ class _GroupConsumer(WebsocketConsumer):
         if not is_reviewer(self.scope["user"]):
             self.close(code=FORBIDDEN)
             return
-        group = self.group_for_connection()
+        group = self.group_to_join()
         if group is None:
             self.close(code=NOT_FOUND)
             return
@@ -45,17 +48,15 @@ class _GroupConsumer(WebsocketConsumer):
         if self.group:
             async_to_sync(self.channel_layer.group_discard)(self.group, self.channel_name)
 
-    def group_for_connection(self) -> str | None:
+    def group_to_join(self) -> str | None:
+        """Read the connection's parameters; return the group to join, or None (4404)."""
         raise NotImplementedError
-
-    def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        """Ignore what the browser sends: decisions go through the views (CSRF, audit)."""
 
 
 class InboxConsumer(_GroupConsumer):
     """Push new approvals as cards and remove decided ones, in every open inbox."""
 
-    def group_for_connection(self) -> str:
+    def group_to_join(self) -> str:
         params = QueryDict(self.scope["query_string"].decode())
         self.filters = InboxFilter(params)
         # Cards slide in on the first page only; later pages would show them out of order.
@@ -70,7 +71,7 @@ class InboxConsumer(_GroupConsumer):
         else:
             return
         if html is not None:
-            count = self.filters.apply(selectors.approval_list(status=Approval.Status.PENDING)).count()
+            count = self.filters.pending_approvals().count()
             self.send(text_data=html + render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True}))
 
     def _card(self, approval_id: str) -> str | None:
@@ -87,7 +88,7 @@ class InboxConsumer(_GroupConsumer):
 class RunConsumer(_GroupConsumer):
     """Append each stored event of one run to its open timelines, and refresh its status."""
 
-    def group_for_connection(self) -> str | None:
+    def group_to_join(self) -> str | None:
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
         try:
             selectors.run_get(self.run_id)

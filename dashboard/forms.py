@@ -10,6 +10,7 @@ from django import forms
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from agents import selectors
 from agents.models import Approval, AuditEntry, Run
 from agents.services.approvals import MAX_TEXT_CHARS
 
@@ -18,9 +19,10 @@ class DecisionForm(forms.Form):
     """Approve (the arguments as proposed or edited) or reject (with a note, maybe feedback)."""
 
     decision = forms.ChoiceField(choices=[("approved", "Approve"), ("rejected", "Reject")])
-    arguments = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false"}))
-    note = forms.CharField(required=False, max_length=MAX_TEXT_CHARS, widget=forms.Textarea(attrs={"rows": 2}))
-    feedback = forms.CharField(required=False, max_length=MAX_TEXT_CHARS, widget=forms.Textarea(attrs={"rows": 2}))
+    # templates/dashboard/_decision.html lays the fields out itself, errors next to each.
+    arguments = forms.CharField(required=False, strip=False)
+    note = forms.CharField(required=False, max_length=MAX_TEXT_CHARS)
+    feedback = forms.CharField(required=False, max_length=MAX_TEXT_CHARS)
     answer = forms.CharField(required=False, max_length=MAX_TEXT_CHARS)
 
     def __init__(self, *args: Any, approval: Approval, **kwargs: Any) -> None:
@@ -68,7 +70,9 @@ class InboxFilter(forms.Form):
     agent = forms.CharField(required=False)
     tool = forms.CharField(required=False)
 
-    def apply(self, approvals: QuerySet[Approval]) -> QuerySet[Approval]:
+    def pending_approvals(self) -> QuerySet[Approval]:
+        """Return the pending approvals the filtered inbox lists, newest first."""
+        approvals = selectors.approval_list(status=Approval.Status.PENDING)
         if not self.is_valid():
             return approvals
         if agent := self.cleaned_data["agent"]:

@@ -2,4 +2,11 @@
 
 from __future__ import annotations
 
-urlpatterns: list = []
+from django.urls import URLPattern, path
+
+from dashboard import playground
+
+urlpatterns: list[URLPattern] = [
+    path("", playground.page, name="playground"),
+    path("runs", playground.run_create, name="playground-run-create"),
+]

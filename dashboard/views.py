@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
@@ -23,7 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agents import selectors, services
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent
 from agents.tools import registry
-from dashboard.auth import admin_required, attempt_from, reviewer_required
+from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_required
 from dashboard.forms import AuditFilter, DecisionForm, InboxFilter, RunFilter
 
 INBOX_PAGE_SIZE = 20
@@ -43,16 +45,11 @@ def _query_without_page(request: HttpRequest) -> str:
 # -- inbox -------------------------------------------------------------------------------
 
 
-def pending_approvals(filters: InboxFilter) -> QuerySet[Approval]:
-    """Return the pending approvals a filtered inbox lists, newest first."""
-    return filters.apply(selectors.approval_list(status=Approval.Status.PENDING))
-
-
 @require_GET
 @reviewer_required
 def inbox(request: HttpRequest) -> HttpResponse:
     filters = InboxFilter(request.GET)
-    page = _page(pending_approvals(filters), request, INBOX_PAGE_SIZE)
+    page = _page(filters.pending_approvals(), request, INBOX_PAGE_SIZE)
     context = {
         "page": page,
         "count": page.paginator.count,
@@ -80,16 +77,33 @@ def _approval_or_404(approval_id: str) -> Approval:
 
 def _approval_context(approval: Approval, form: DecisionForm, **extra: Any) -> dict[str, Any]:
     tool = registry.get(approval.tool)
+    schema = tool.parameters_schema() if tool else None
     return {
         "approval": approval,
         "form": form,
         # Not the Tool itself: templates call callables, and a Tool is one.
         "tool_registered": tool is not None,
         "tool_description": tool.description if tool else "",
-        "schema": tool.parameters_schema() if tool else None,
+        "schema": schema,
+        "arguments_table": _arguments_table(schema) if schema else [],
         "messages": Message.objects.filter(run_id=approval.run_id).order_by("seq"),
         **extra,
     }
+
+
+def _arguments_table(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return a tool's arguments as rows a reviewer reads: name, type, required, description."""
+    required = set(schema.get("required", []))
+    rows = []
+    for name, spec in schema.get("properties", {}).items():
+        types = [spec["type"]] if "type" in spec else [option.get("type", "any") for option in spec.get("anyOf", [])]
+        rows.append({
+            "name": name,
+            "type": " or ".join(types) or "any",
+            "required": name in required,
+            "description": spec.get("description", ""),
+        })
+    return rows
 
 
 @require_GET
@@ -100,24 +114,42 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
 
 
 @require_POST
-@reviewer_required
+@login_required
 def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     """Record a decision; a decision already taken is shown (409), never an error page.
 
-    The response fits where the request came from: the inbox card it replaces, the
-    decision panel of the approval page, or (without htmx) the page itself.
+    Every attempt is audited, refused ones too (not a reviewer, unreadable input). The
+    response fits where the request came from: the inbox card it replaces, the decision
+    panel of the approval page, or (without htmx) the page itself.
     """
+    if not is_reviewer(request.user):
+        _refuse(request, approval_id, AuditEntry.Outcome.NOT_PERMITTED, "not a reviewer")
+        raise PermissionDenied("reviewers only")
     approval = _approval_or_404(approval_id)
     form = DecisionForm(request.POST, approval=approval)
-    status, approval = _decide(request, form) if form.is_valid() else (422, approval)
+    if form.is_valid():
+        status, approval = _decide(request, form)
+    else:
+        _refuse(request, approval_id, AuditEntry.Outcome.INVALID_ARGUMENTS, _errors_text(form))
+        status = 422
+    context = {"approval": approval, "form": form, "conflict": status == 409}
     if request.htmx and request.htmx.target == f"card-{approval.id}":
-        return render(request, "dashboard/_approval_card.html", {"approval": approval, "form": form, "just_decided": status != 422}, status=status)
+        return render(request, "dashboard/_approval_card.html", context, status=status)
     if request.htmx:
-        return render(request, "dashboard/_decision.html", {"approval": approval, "form": form, "conflict": status == 409}, status=status)
+        return render(request, "dashboard/_decision.html", context, status=status)
     if status == 200:
         return redirect("approval", approval_id=approval.id)
-    context = _approval_context(approval, form, conflict=status == 409)
-    return render(request, "dashboard/approval.html", context, status=status)
+    return render(request, "dashboard/approval.html", _approval_context(approval, form, conflict=status == 409), status=status)
+
+
+def _refuse(request: HttpRequest, approval_id: str, outcome: str, reason: str) -> None:
+    decision = str(request.POST.get("decision", ""))
+    attempt = attempt_from(request, source=AuditEntry.Source.WEB)
+    services.approval_refuse(approval_id=approval_id, decision=decision, attempt=attempt, outcome=outcome, reason=reason)
+
+
+def _errors_text(form: DecisionForm) -> str:
+    return "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
 
 
 def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval]:

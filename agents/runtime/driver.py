@@ -240,7 +240,7 @@ class _Driver:
             return PlannedCall(call_id=call_id, name=tool.name, arguments=_as_object(arguments), status=failed, output=output)
         except ToolError as exc:
             return PlannedCall(call_id=call_id, name=tool.name, arguments=arguments, status=failed, output=outputs.error(exc.code, exc.message))
-        policy = get_policy().tool_policy(tool.name)
+        policy = get_policy().tool_policy(tool.name, agent=self.agent)
         if not policy.gated:
             return PlannedCall(call_id=call_id, name=tool.name, arguments=arguments, status=ToolCall.Status.PROPOSED)
         expires_at = timezone.now() + timedelta(seconds=policy.timeout_seconds) if policy.timeout_seconds else None

@@ -8,6 +8,7 @@ from agents.services.approvals import (
     approval_decide,
     approval_expire,
     approval_expire_due,
+    approval_refuse,
 )
 from agents.services.effects import sideeffect_record
 from agents.services.errors import (
@@ -54,6 +55,7 @@ __all__ = [
     "approval_decide",
     "approval_expire",
     "approval_expire_due",
+    "approval_refuse",
     "message_append",
     "role_groups_ensure",
     "run_cancel",

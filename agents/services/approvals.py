@@ -185,6 +185,12 @@ def _refuse_or_repeat(
     raise error(message, approval=approval)
 
 
+def approval_refuse(*, approval_id: str, decision: str, attempt: Attempt, outcome: str, reason: str) -> None:
+    """Audit a decision attempt that its caller refused before deciding (not permitted, unreadable)."""
+    approval = Approval.objects.filter(pk=approval_id).first()
+    _audit_refusal(approval_id, attempt, decision, outcome, {"error": reason}, approval=approval)
+
+
 def approval_expire(*, approval: Approval, actor: str, reason: str, resume: bool = True) -> bool:
     """Expire a pending approval (timeout, cancelled run); the model reads it as a rejection."""
     with transaction.atomic():

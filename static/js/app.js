@@ -40,11 +40,25 @@
       return;
     }
     // The reviewer who decided reads the outcome on the card for a moment before it leaves.
-    if (target.classList.contains("card") && target.classList.contains("decided")) {
+    // The removal push often beats the decision's own HTTP answer, hence "deciding" too.
+    if (target.matches(".card.decided, .card.deciding")) {
       event.detail.shouldSwap = false;
-      target.classList.add("leaving");
-      setTimeout(function () { target.remove(); }, 1500);
+      leaveSoon(target.id);
     }
+  });
+
+  function leaveSoon(id) {
+    setTimeout(function () {
+      var card = document.getElementById(id);
+      if (!card) return;
+      card.classList.add("leaving");
+      setTimeout(function () { card.remove(); }, 600);
+    }, 1500);
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var card = event.detail.elt.closest(".card");
+    if (card && event.detail.requestConfig.verb === "post") card.classList.add("deciding");
   });
 
   function setLive(root, state, text) {

@@ -6,7 +6,7 @@
   var selectedIndex = 0;
 
   function cards() {
-    return Array.prototype.slice.call(document.querySelectorAll("#inbox-cards > .card:not(.decided)"));
+    return Array.prototype.slice.call(document.querySelectorAll("#inbox-cards > .card:not(.decided):not(.deciding)"));
   }
 
   function current() {

@@ -16,7 +16,7 @@ XSS = "Email bob@example.com that <img src=x onerror=alert(1)>"
 
 
 @pytest.fixture
-def dave(db) -> User:  # noqa: ANN001
+def dave(db: None) -> User:
     """A signed-up user with no role: may sign in, may see nothing."""
     return User.objects.create_user(username="dave", password="dave-password")
 
@@ -34,7 +34,7 @@ def client_for() -> Callable[[User], Client]:
 
 
 @pytest.fixture
-def paused(db) -> Run:  # noqa: ANN001
+def paused(db: None) -> Run:
     """A support run paused on refund_request (25.00 USD for A1001)."""
     return start(REFUND)
 

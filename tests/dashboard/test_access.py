@@ -61,13 +61,14 @@ def test_it_refuses_every_reviewer_page_to_a_user_without_a_role(client_for, dav
         assert b"no reviewer role" in response.content
 
 
-def test_it_refuses_a_decision_from_a_user_without_a_role(client_for, dave, approval):
+def test_it_refuses_and_audits_a_decision_from_a_user_without_a_role(client_for, dave, approval):
     response = client_for(dave).post(f"/approvals/{approval.id}/decide", {"decision": "approved"})
 
     assert response.status_code == 403
     approval.refresh_from_db()
     assert approval.status == "pending"
-    assert not AuditEntry.objects.filter(outcome="decided").exists()
+    [entry] = AuditEntry.objects.all()
+    assert (entry.actor, entry.action, entry.outcome, entry.source) == ("dave", "approved", "not_permitted", "web")
 
 
 def test_it_keeps_the_audit_for_admins(client_for, alice, carol, approval):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from agents.models import Approval, AuditEntry, Message
-from tests.support.flows import decide, pending, start
+from tests.support.flows import decide, pending, resume, start
 
 
 def decide_url(approval: Approval) -> str:
@@ -80,12 +80,14 @@ def test_it_refuses_arguments_that_the_tools_own_check_refuses(client_for, alice
     assert Approval.objects.get(pk=approval.id).status == "pending"
 
 
-def test_it_refuses_arguments_that_are_not_json(client_for, alice, approval):
+def test_it_refuses_and_audits_arguments_that_are_not_json(client_for, alice, approval):
     for text, message in (("{not json", "This is not valid JSON"), ("[1, 2]", "must be a JSON object")):
         response = client_for(alice).post(decide_url(approval), {"decision": "approved", "arguments": text})
         assert response.status_code == 422
         assert message in response.content.decode()
     assert Approval.objects.get(pk=approval.id).status == "pending"
+    refusals = AuditEntry.objects.filter(approval_id=approval.id, outcome="invalid_arguments", source="web")
+    assert refusals.count() == 2 and "arguments: This is not valid JSON" in refusals.last().detail["error"]
 
 
 def test_it_rejects_with_a_note_and_ignores_the_editor(client_for, alice, approval):
@@ -103,7 +105,6 @@ def test_it_rejects_with_feedback_for_the_model_to_revise(client_for, alice, pau
 
     approval.refresh_from_db()
     assert approval.feedback == "make it 10.00"
-    from tests.support.flows import resume
 
     run = resume(paused)
     assert Message.objects.filter(run=run, role="user", content="make it 10.00").exists()

@@ -1,0 +1,330 @@
+"""`python -m bench.api_latency`: the HTTP API and its SSE streams, end to end, timed.
+
+One daphne process serves the API; two `celery worker --pool=solo` processes resume runs;
+all on the bench's fresh database and private Redis (bench.setup). The flow is the bench's:
+agent "bench" pauses on send_email (suspend); an approval runs it once.
+
+  decide → side effect   POST /api/approvals/{id}/decide (auto_resume on) → the worker's
+                         SideEffect row seen here (polled every 0.5 ms)
+  pause → SSE event      a client on GET /api/runs/{id}/events; a worker drives the run to its
+                         pause; RunEvent.created_at of approval_required (set at INSERT, just
+                         before COMMIT) → the frame read by the client
+  sustained              paused runs decided by concurrent HTTP clients as fast as the web
+                         process takes them; the workers resume every run; every decision
+                         must land and every side effect happen exactly once
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from bench import setup
+
+POLL = 0.0005
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.api_latency", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=100, help="timed decisions and pauses (default 100)")
+    parser.add_argument("--decisions", type=int, default=400, help="decisions of the sustained pass (default 400)")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients deciding (default 16)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    if min(args.runs, args.decisions, args.clients) < 1:
+        parser.error("--runs, --decisions and --clients must be at least 1")
+    return args
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwind through the finally blocks: stop the processes
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    redis = None
+    try:
+        target = setup.prepare()
+        redis = setup.start_redis()
+        with _django(target):
+            results = _run(args, target)
+    except setup.BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        setup.stop_workers()
+        setup.stop_redis(redis)
+    print(json.dumps(results, indent=2) if args.json else render(results))
+    return 0
+
+
+@contextmanager
+def _django(target: setup.Target) -> Iterator[None]:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    from bench import measure
+
+    measure.progress(f"migrating a fresh {target.engine} database ({target.label})")
+    call_command("migrate", verbosity=0, interactive=False)
+    try:
+        yield
+    finally:
+        connections.close_all()
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+class Daphne:
+    """The one web process: `python -m daphne dashboard.asgi:application` on a free port."""
+
+    def __init__(self) -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = setup.VAR_DIR / "daphne.log"
+        self.log = self.log_path.open("wb")
+        env = {**os.environ, "PYTHONPATH": str(setup.ROOT), "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
+            cwd=setup.ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                if httpx.get(f"{self.url}/api/openapi.json", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise setup.BenchError(f"daphne did not start:\n{self.log_path.read_text(errors='replace')[-3000:]}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self.log.close()
+
+
+# -- the passes --------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace, target: setup.Target) -> dict[str, Any]:
+    from agents import services
+    from bench import measure
+
+    started = time.perf_counter()
+    measure.check_flow()
+    services.user_create(username="bench-reviewer", role="reviewer")
+    token = services.token_create(username="bench-reviewer")[1]
+    daphne = Daphne()
+    workers = [setup.Worker(setup.VAR_DIR / f"worker{n}.log") for n in (1, 2)]
+    try:
+        daphne.wait_ready()
+        for worker in workers:
+            worker.wait_ready()
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=daphne.url, headers=headers, timeout=30) as client:
+            warmup = min(10, args.runs)
+            measure.progress(f"decide → side effect over HTTP: {args.runs} decisions (+{warmup} warm-up)")
+            decided = decide_to_effect(client, args.runs, warmup)
+            measure.progress(f"pause → SSE event: {args.runs} pauses (+{warmup} warm-up)")
+            sse = pause_to_event(client, args.runs, warmup)
+        measure.progress(f"sustained: {args.decisions} decisions from {args.clients} HTTP clients")
+        sustained = decisions_per_second(daphne.url, headers, args.decisions, args.clients)
+    finally:
+        daphne.stop()
+        for worker in workers:
+            worker.stop()
+    effects = measure.effects_check()  # every approval of the whole bench ran exactly once
+    return {
+        "meta": _meta(target, args, time.perf_counter() - started),
+        "decide_to_effect": measure.summary(decided["effect"]),
+        "decide_http": measure.summary(decided["http"]),
+        "pause_to_sse_event": measure.summary(sse),
+        "sustained": sustained,
+        "effects": effects,
+    }
+
+
+def decide_to_effect(client: httpx.Client, runs: int, warmup: int) -> dict[str, list[float]]:
+    """Decide paused runs one at a time over HTTP; time until the worker's side effect exists."""
+    from django.db import connection
+
+    from bench import measure
+
+    samples: dict[str, list[float]] = {"http": [], "effect": []}
+    with connection.cursor() as cursor:
+        for index in range(warmup + runs):
+            run_id = measure.paused_run()  # auto_resume on: the decision enqueues the resume
+            approval_id = _approval_id(run_id)
+            time.sleep(0.002)  # let the workers settle after the previous run
+            t0 = time.perf_counter()
+            response = client.post(f"/api/approvals/{approval_id}/decide", json={"decision": "approved"})
+            t1 = time.perf_counter()
+            _expect(response.status_code == 200 and response.json()["resume_enqueued"], f"decide {approval_id}: {response.text}")
+            _poll(cursor, "SELECT 1 FROM agents_sideeffect WHERE idempotency_key = %s", approval_id)
+            t2 = time.perf_counter()
+            _poll(cursor, "SELECT 1 FROM agents_run WHERE id = %s AND status = 'completed'", run_id)
+            if index >= warmup:
+                samples["http"].append(measure.ms(t1 - t0))
+                samples["effect"].append(measure.ms(t2 - t0))
+    return samples
+
+
+def pause_to_event(client: httpx.Client, runs: int, warmup: int) -> list[float]:
+    """Listen on a run's SSE stream while a worker drives it to its pause; time the frame."""
+    from agents.models import RunEvent
+    from bench import measure
+
+    samples: list[float] = []
+    for index in range(warmup + runs):
+        run_id = measure.create()  # queued, not enqueued: the resume below hands it to a worker
+        with client.stream("GET", f"/api/runs/{run_id}/events", headers={"Accept": "text/event-stream"}) as stream:
+            lines = stream.iter_lines()
+            _read_until(lines, ": live")
+            _expect(client.post(f"/api/runs/{run_id}/resume").status_code == 200, f"resume {run_id}")
+            _read_until(lines, "event: approval_required")
+            received = time.time()
+        created = RunEvent.objects.get(run_id=run_id, type=RunEvent.Type.APPROVAL_REQUIRED).created_at.timestamp()
+        if index >= warmup:
+            samples.append(measure.ms(received - created))
+    return samples
+
+
+def decisions_per_second(url: str, headers: dict[str, str], decisions: int, clients: int) -> dict[str, Any]:
+    """Decide many paused runs at once over HTTP; wait for every run to complete; count."""
+    from agents.models import Approval, Run, SideEffect
+    from bench import measure
+
+    run_ids = [measure.paused_run() for _ in range(decisions)]
+    approval_ids = [_approval_id(run_id) for run_id in run_ids]
+    local = threading.local()
+
+    def decide(approval_id: str) -> int:
+        if not hasattr(local, "client"):
+            local.client = httpx.Client(base_url=url, headers=headers, timeout=60)
+        return local.client.post(f"/api/approvals/{approval_id}/decide", json={"decision": "approved"}).status_code
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        statuses = list(pool.map(decide, approval_ids))
+    t_http = time.perf_counter()
+    deadline = time.monotonic() + 120
+    while Run.objects.filter(pk__in=run_ids, status=Run.Status.COMPLETED).count() < decisions:
+        _expect(time.monotonic() < deadline, "runs did not all complete within 120 s; see var/bench/worker*.log")
+        time.sleep(0.005)
+    t_done = time.perf_counter()
+    effects = SideEffect.objects.filter(idempotency_key__in=approval_ids)
+    result = {
+        "decisions": decisions,
+        "clients": clients,
+        "http_errors": sum(status != 200 for status in statuses),
+        "decided": Approval.objects.filter(pk__in=approval_ids, status=Approval.Status.APPROVED).count(),
+        "side_effects": effects.count(),
+        "distinct_effects": effects.values("idempotency_key").distinct().count(),
+        "http_seconds": t_http - t0,
+        "end_to_end_seconds": t_done - t0,
+    }
+    lost = decisions - result["distinct_effects"]
+    doubled = result["side_effects"] - result["distinct_effects"]
+    _expect(result["http_errors"] == 0 and result["decided"] == decisions, f"decisions did not all land: {result}")
+    _expect(lost == 0 and doubled == 0, f"{lost} side effects lost, {doubled} doubled: {result}")
+    return result
+
+
+def _approval_id(run_id: str) -> str:
+    from agents import ids
+    from bench import measure
+
+    return ids.approval_id(run_id, measure.CALL_ID)
+
+
+def _poll(cursor: Any, sql: str, key: str, timeout: float = 30) -> None:
+    deadline = time.perf_counter() + timeout
+    while True:
+        cursor.execute(sql, [key])
+        if cursor.fetchone() is not None:
+            return
+        _expect(time.perf_counter() < deadline, f"timed out on {sql} [{key}]; see var/bench/worker*.log")
+        time.sleep(POLL)
+
+
+def _read_until(lines: Iterator[str], wanted: str) -> None:
+    for line in lines:
+        if line == wanted:
+            return
+    raise setup.BenchError(f"the SSE stream ended before {wanted!r}")
+
+
+def _expect(condition: bool, problem: str) -> None:
+    if not condition:
+        raise setup.BenchError(problem)
+
+
+def _meta(target: setup.Target, args: argparse.Namespace, seconds: float) -> dict[str, Any]:
+    return {
+        "database": f"{target.engine} ({target.label})",
+        "processes": "1 daphne web process, 2 celery workers (--pool=solo), this process deciding",
+        "runs": args.runs,
+        "cpus": os.cpu_count(),
+        "loadavg_1m": os.getloadavg()[0],
+        "seconds": seconds,
+    }
+
+
+def render(results: dict[str, Any]) -> str:
+    meta, sustained = results["meta"], results["sustained"]
+    rows = [
+        ("decide → side effect over HTTP", results["decide_to_effect"]),
+        ("  of which the HTTP decide itself", results["decide_http"]),
+        ("pause committed → SSE event received", results["pause_to_sse_event"]),
+    ]
+    out = [
+        f"agentfast API bench · {meta['database']} · {meta['processes']}",
+        f"{meta['cpus']} CPUs, load average {meta['loadavg_1m']:.2f}; bench time {meta['seconds']:.1f} s",
+        "",
+        f"{'LATENCY':<40}{'n':>6}{'p50 ms':>10}{'p95 ms':>10}{'max ms':>10}",
+    ]
+    out += [f"{label:<40}{s['n']:>6}{s['p50_ms']:>10.2f}{s['p95_ms']:>10.2f}{s['max_ms']:>10.2f}" for label, s in rows]
+    n = sustained["decisions"]
+    lost = n - sustained["distinct_effects"]
+    doubled = sustained["side_effects"] - sustained["distinct_effects"]
+    out += [
+        "",
+        f"SUSTAINED  {n} paused runs decided by {sustained['clients']} concurrent HTTP clients",
+        f"  decisions taken by the web process   {n / sustained['http_seconds']:8.1f} /s  ({sustained['http_seconds']:.2f} s)",
+        f"  decided → resumed → effect → done    {n / sustained['end_to_end_seconds']:8.1f} /s  ({sustained['end_to_end_seconds']:.2f} s, 2 workers)",
+        f"  landed {sustained['decided']}/{n} decisions, {sustained['side_effects']} side effects: lost {lost}, doubled {doubled}, HTTP errors {sustained['http_errors']}",
+        f"  whole bench: {results['effects']['approved']} approvals, {results['effects']['side_effects']} side effects (exactly once each)",
+    ]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

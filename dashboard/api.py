@@ -1,0 +1,339 @@
+"""The JSON API (django-ninja): runs, approvals, decisions, and their SSE streams.
+
+Each endpoint parses its input, calls a service or a selector, and answers with the CLI's
+--json shape (agents.serializers). Every refusal is `{"error_code", "message"}` (plus
+`field` when one field is to blame) with its HTTP status; decision attempts refused before
+they reach the engine (not permitted, unreadable body) are audited here, the others by
+the engine itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from ninja import NinjaAPI, Query, Status
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.operation import Operation
+
+from agents import selectors, serializers, services
+from agents.models import AuditEntry, Run
+from dashboard import sse
+from dashboard.api_auth import ApiError, Forbidden, Unauthenticated, error_response, reviewers
+from dashboard.api_schemas import (
+    ApprovalDetailOut,
+    ApprovalPageOut,
+    ApprovalStatus,
+    ConflictOut,
+    DecideIn,
+    DecisionOut,
+    ErrorOut,
+    Id,
+    LeaseHeldOut,
+    Name,
+    RunCreateIn,
+    RunDetailOut,
+    RunPageOut,
+    RunStatus,
+)
+from dashboard.auth import ON_BEHALF, attempt_from
+
+logger = logging.getLogger(__name__)
+
+MAX_PAGE = 200
+MAX_OFFSET = 1_000_000_000
+DECIDE = "approval_decide"  # the url name whose refusals the handlers audit
+
+DESCRIPTION = """
+Drive agentfast over HTTP. Authenticate with `Authorization: Bearer <token>`
+(`agentfast tokens create USER`) or, from a browser, the session cookie plus the
+`X-CSRFToken` header on POSTs. Only reviewers and admins may call it.
+
+Errors are `{"error_code": "...", "message": "...", "field": "..."}` with the status
+saying what kind: 400 invalid input (`field` names it), 401, 403, 404, 409 (already
+decided: `approval` shows the decision that stands; or a run another process drives:
+`lease_owner`), 413 body over 256 KiB, 422 wrong state (e.g. an expired approval).
+
+**Server-sent events.** `GET /api/runs/{run_id}/events` replays a run's events, then
+streams them live, and closes after its `run_status` completed, failed or cancelled.
+Each frame is `id: <seq>`, `event: <type>`, `data: {"run_id", "seq", "event", "data"}`;
+reconnect with `Last-Event-ID` (or `?after=<seq>`) to get exactly what you missed.
+`delta` frames carry streamed tokens and have no id. `GET /api/events` streams every
+run's `approval_required` and `approval_decided`; its ids are RunEvent primary keys
+(there is no single seq across runs), and without `Last-Event-ID` it starts from now.
+Comment lines (`: heartbeat`) keep idle streams open every 15 s; `: live` says the
+replay is over and the stream is subscribed.
+
+`POST /api/runs/{run_id}/resume` with `Accept: text/event-stream` drives the run in the
+request and streams it the same way, ending with `event: end`
+(`{"run_id", "status", "driven"}`) once the run completes, fails or waits again.
+"""
+
+class _Api(NinjaAPI):
+    def get_operation_id(self, operation: Operation) -> str:
+        return operation.view_func.__name__  # "approval_decide", not "dashboard_api_approval_decide"
+
+
+api = _Api(
+    title="agentfast",
+    version="1",
+    description=DESCRIPTION,
+    auth=reviewers(),
+    urls_namespace="api",
+)
+
+_AUTH_ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut}
+_READ_ERRORS: dict[int, Any] = {**_AUTH_ERRORS, 400: ErrorOut, 404: ErrorOut}
+_WRITE_ERRORS: dict[int, Any] = {**_READ_ERRORS, 413: ErrorOut, 422: ErrorOut}
+_EVENT_STREAM = {
+    "responses": {
+        200: {
+            "description": "A text/event-stream of the run's events (see the API description)",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    }
+}
+
+
+class LeaseHeld(ApiError):
+    status = 409
+    code = "lease_held"
+
+
+class NotPermitted(ApiError):
+    """Refused by a view after it audited the attempt (Forbidden is audited by the handler)."""
+
+    status = 403
+    code = "not_permitted"
+
+
+# -- runs --------------------------------------------------------------------------------
+
+
+@api.post("/runs", response={201: RunDetailOut, **_WRITE_ERRORS}, tags=["runs"])
+def run_create(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]]:
+    """Start a run of an agent; a worker drives it."""
+    run = services.run_create(
+        agent=body.agent, input=body.input, auto_resume=body.auto_resume, created_by=request.user.get_username()
+    )
+    return Status(201, serializers.run_detail(run))
+
+
+@api.get("/runs", response={200: RunPageOut, **_READ_ERRORS}, tags=["runs"])
+def run_list(
+    request: HttpRequest,
+    status: RunStatus = "all",
+    agent: Name | None = None,
+    limit: int = Query(50, ge=1, le=MAX_PAGE),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
+) -> dict[str, Any]:
+    """List runs, newest first."""
+    return _page(selectors.run_list(status=status, agent=agent), serializers.run_summary, limit, offset)
+
+
+@api.get("/runs/{run_id}", response={200: RunDetailOut, **_READ_ERRORS}, tags=["runs"])
+def run_detail(request: HttpRequest, run_id: Id) -> dict[str, Any]:
+    """A run with its messages, tool calls and approvals."""
+    return serializers.run_detail(selectors.run_get(run_id))
+
+
+@api.post(
+    "/runs/{run_id}/resume",
+    response={200: RunDetailOut, 409: LeaseHeldOut, **_WRITE_ERRORS},
+    tags=["runs"],
+    openapi_extra=_EVENT_STREAM,
+)
+def run_resume(request: HttpRequest, run_id: Id, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> Any:
+    """Resume a run in a worker; with `Accept: text/event-stream`, drive it here and stream it."""
+    _refuse_if_driven(selectors.run_get(run_id))
+    if not sse.wants_stream(request):
+        return serializers.run_detail(services.run_request_resume(run_id=run_id))
+    run = services.run_request_resume(run_id=run_id, enqueue=False)
+    return sse.response(sse.drive_stream(run_id, sse.resume_point(request, after, default=run.last_event_seq)))
+
+
+@api.post("/runs/{run_id}/cancel", response={200: RunDetailOut, **_WRITE_ERRORS}, tags=["runs"])
+def run_cancel(request: HttpRequest, run_id: Id) -> dict[str, Any]:
+    """Cancel a run that has not ended; its pending approvals expire."""
+    return serializers.run_detail(services.run_cancel(run_id=run_id, by=request.user.get_username()))
+
+
+@api.get("/runs/{run_id}/events", response=_READ_ERRORS, tags=["events"], openapi_extra=_EVENT_STREAM)
+async def run_events(request: HttpRequest, run_id: Id, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> HttpResponse:
+    """Server-sent events of one run: replayed after `Last-Event-ID` / `after`, then live."""
+    await sync_to_async(selectors.run_get)(run_id)
+    return sse.response(sse.run_stream(run_id, sse.resume_point(request, after, default=0)))
+
+
+def _refuse_if_driven(run: Run) -> None:
+    if run.lease_expires_at is not None and run.lease_expires_at > timezone.now():
+        raise LeaseHeld(
+            f"run {run.id} is being driven by {run.lease_owner} (lease until {run.lease_expires_at:%H:%M:%S} UTC)",
+            lease_owner=run.lease_owner,
+            lease_expires_at=run.lease_expires_at.isoformat(),
+        )
+
+
+# -- approvals ---------------------------------------------------------------------------
+
+
+@api.get("/approvals", response={200: ApprovalPageOut, **_READ_ERRORS}, tags=["approvals"])
+def approval_list(
+    request: HttpRequest,
+    status: ApprovalStatus = "pending",
+    agent: Name | None = None,
+    tool: Name | None = None,
+    limit: int = Query(50, ge=1, le=MAX_PAGE),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
+) -> dict[str, Any]:
+    """List approvals, newest first; pending ones unless `status` says otherwise."""
+    approvals = selectors.approval_list(status=status, agent=agent, tool=tool)
+    return _page(approvals, serializers.approval_summary, limit, offset)
+
+
+@api.get("/approvals/{approval_id}", response={200: ApprovalDetailOut, **_READ_ERRORS}, tags=["approvals"])
+def approval_detail(request: HttpRequest, approval_id: Id) -> dict[str, Any]:
+    """One approval: the call, who decided it and how."""
+    return serializers.approval_detail(selectors.approval_get(approval_id))
+
+
+@api.post(
+    "/approvals/{approval_id}/decide",
+    url_name=DECIDE,
+    response={200: DecisionOut, 409: ConflictOut, **_WRITE_ERRORS, 422: ConflictOut},
+    tags=["approvals"],
+)
+def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> dict[str, Any]:
+    """Approve or reject; the first decision wins, repeating it changes nothing."""
+    attempt = attempt_from(request, source=AuditEntry.Source.API, on_behalf_of=body.decided_by or "")
+    if attempt.on_behalf_of and not request.user.has_perm(ON_BEHALF):
+        reason = f"deciding as {attempt.on_behalf_of!r} needs the 'decide on behalf' permission"
+        services.approval_refuse(
+            approval_id=approval_id, decision=body.decision, attempt=attempt, outcome=AuditEntry.Outcome.NOT_PERMITTED, reason=reason
+        )
+        raise NotPermitted(reason, field="decided_by")
+    decision = services.approval_decide(
+        approval_id=approval_id,
+        decision=body.decision,
+        attempt=attempt,
+        note=body.note,
+        feedback=body.feedback,
+        arguments=body.arguments,
+        payload=body.payload,
+        auto_resume=body.auto_resume,
+    )
+    return {**serializers.approval_detail(decision.approval), "outcome": decision.outcome, "resume_enqueued": decision.resume_enqueued}
+
+
+@api.get("/events", response=_AUTH_ERRORS | {400: ErrorOut}, tags=["events"], openapi_extra=_EVENT_STREAM)
+async def approval_events(request: HttpRequest, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> HttpResponse:
+    """Server-sent approval events of every run; ids are RunEvent primary keys."""
+    default = await sync_to_async(sse.latest_approval_event)()
+    return sse.response(sse.approval_stream(sse.resume_point(request, after, default=default)))
+
+
+def _page(items: QuerySet[Any], serialize: Any, limit: int, offset: int) -> dict[str, Any]:
+    return {"count": items.count(), "limit": limit, "offset": offset, "items": [serialize(i) for i in items[offset : offset + limit]]}
+
+
+def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+    """Any other URL under /api/: a JSON 404, like the rest of the API."""
+    return JsonResponse({"error_code": "not_found", "message": f"no API endpoint at {request.path}"}, status=404)
+
+
+# -- errors ------------------------------------------------------------------------------
+
+_SERVICE_STATUS = {
+    services.NotFound: 404,
+    services.InvalidInput: 400,
+    services.AlreadyDecided: 409,
+    services.WrongState: 422,
+    services.LeaseLost: 409,
+}
+
+
+@api.exception_handler(ApiError)
+def _api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+    if isinstance(exc, Forbidden):
+        _audit_unread_decision(request, AuditEntry.Outcome.NOT_PERMITTED, exc.message)
+    return error_response(exc)
+
+
+@api.exception_handler(services.ServiceError)
+def _service_error(request: HttpRequest, exc: services.ServiceError) -> HttpResponse:
+    """Map an engine refusal (already audited by the engine) to its status."""
+    body: dict[str, Any] = {"error_code": exc.code, "message": exc.message}
+    if "field" in exc.details:
+        body["field"] = exc.details["field"]
+    if "approval" in exc.details:  # the decision that stands
+        body["approval"] = serializers.approval_detail(exc.details["approval"])
+    return JsonResponse(body, status=_SERVICE_STATUS.get(type(exc), 400))
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    field, message = _first_problem(exc.errors)
+    _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)
+    return error_response(ApiError(message, field=field))
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error_response(Unauthenticated("sign in, or send Authorization: Bearer <token> (agentfast tokens create USER)"))
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # Ninja raises a 400 HttpError for one thing only: a body that is not JSON.
+    if exc.status_code == 400:
+        message = "the request body is not valid JSON"
+        _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)
+        return error_response(ApiError(message, code="malformed_json"))
+    return JsonResponse({"error_code": "error", "message": str(exc)}, status=exc.status_code)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    message = "the request body is over the 256 KiB limit"
+    _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)
+    return JsonResponse({"error_code": "body_too_large", "message": message}, status=413)
+
+
+@api.exception_handler(Http404)
+def _missing(request: HttpRequest, exc: Http404) -> HttpResponse:
+    return JsonResponse({"error_code": "not_found", "message": str(exc) or "not found"}, status=404)
+
+
+@api.exception_handler(Exception)
+def _crash(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.exception("API error on %s %s", request.method, request.path)
+    return JsonResponse({"error_code": "internal_error", "message": "internal error; the server log has the details"}, status=500)
+
+
+def _first_problem(errors: list[dict[str, Any]]) -> tuple[str, str]:
+    """Return (field, message) of the first validation error, in the caller's terms."""
+    error = errors[0]
+    source, *path = [str(part) for part in error["loc"]]
+    if source == "body":
+        path = path[1:]  # ninja puts the parameter's own name first
+    field = ".".join(path) or source
+    if source == "body" and not path:
+        return "body", "the request body must be a JSON object"
+    if error["type"] == "extra_forbidden":
+        return field, f"unknown field {field!r}"
+    return field, f"{field}: {error['msg']}"
+
+
+def _audit_unread_decision(request: HttpRequest, outcome: str, reason: str) -> None:
+    """Audit a decision attempt refused before its body was read (identity known, intent not)."""
+    match = request.resolver_match
+    if match is None or match.url_name != DECIDE or not request.user.is_authenticated:
+        return
+    attempt = attempt_from(request, source=AuditEntry.Source.API)
+    approval_id = match.kwargs["approval_id"][:200]  # an over-long id is one of the refusals
+    services.approval_refuse(approval_id=approval_id, decision="unread", attempt=attempt, outcome=outcome, reason=reason)

@@ -1,0 +1,188 @@
+"""The developers' playground: try a prompt on an agent and watch its run stream.
+
+The page drives its runs itself, through the JSON API: it creates a run here (queued,
+auto_resume off, so no worker races it), then POSTs /api/runs/{id}/resume with
+`Accept: text/event-stream` to drive and stream it; after an inline approval it resumes
+and streams again from the last seq it rendered. Runs started here carry a created_by
+of "<user> (playground)", which is how the page finds your recent ones.
+
+An agent composed on the page (system prompt, tools and their risk, model) becomes a
+drop-in agent file (agents.policy.drop_in_dir()), named after a hash of its settings, so
+the same settings make the same agent and any process of this machine can drive its runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+import yaml
+from django import forms
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET, require_POST
+
+from agents import selectors, serializers, services
+from agents.models import Run
+from agents.policy import MODES, RISKS, AgentSpec, ConfigError, drop_in_dir, get_policy, parse
+from agents.services.approvals import MAX_TEXT_CHARS
+from agents.services.runs import MAX_INPUT_CHARS
+from agents.tools import registry
+from dashboard.auth import reviewer_required
+
+HISTORY_SIZE = 12
+COMPOSE = "__compose__"  # the agent choice that means "the one described below"
+# What the built-in demo model understands (agents.llm.demo), one click away.
+DEMO_PROMPTS = (
+    "Refund order A1001 for 25.00 USD",
+    "Refund orders A1001 and A1002 for 10.00 USD each",
+    "Email bob@example.com that his refund is on its way",
+    "Ask a human whether to expedite order A1003",
+)
+
+
+def creator(request: HttpRequest) -> str:
+    """Return the created_by of the runs a user starts in the playground."""
+    return f"{request.user.get_username()} (playground)"
+
+
+def recent_runs(request: HttpRequest) -> QuerySet[Run]:
+    return selectors.run_list().filter(created_by=creator(request))[:HISTORY_SIZE]
+
+
+class RunForm(forms.Form):
+    agent = forms.ChoiceField()
+    input = forms.CharField(max_length=MAX_INPUT_CHARS, strip=False)
+
+    def __init__(self, *args: Any, agents: list[AgentSpec], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["agent"].choices = [(agent.name, agent.name) for agent in agents] + [(COMPOSE, "compose")]
+
+
+class AgentForm(forms.Form):
+    """An agent composed on the page: its prompt, model, tools and each tool's risk and mode."""
+
+    system_prompt = forms.CharField(required=False, max_length=MAX_TEXT_CHARS, strip=False)
+    model = forms.ChoiceField(choices=[("demo", "demo"), ("openai", "openai")])
+    model_name = forms.RegexField(required=False, max_length=100, regex=r"^[\w.:/-]+$")
+    tools = forms.MultipleChoiceField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["tools"].choices = [(name, name) for name in registry.names()]
+        for name in registry.names():
+            self.fields[f"risk_{name}"] = forms.ChoiceField(choices=[(r, r) for r in RISKS], required=False)
+            self.fields[f"mode_{name}"] = forms.ChoiceField(choices=[(m, m) for m in MODES], required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("model") == "openai" and not data.get("model_name"):
+            self.add_error("model_name", "name the model the OpenAI-compatible endpoint serves")
+        return data
+
+    def spec(self) -> dict[str, Any]:
+        """Return the agent as agentfast.yaml would write it; every chosen tool's risk is explicit."""
+        data = self.cleaned_data
+        tools = data["tools"]
+        return {
+            "description": "Composed in the playground.",
+            "model": f"openai:{data['model_name']}" if data["model"] == "openai" else "demo",
+            "system_prompt": data["system_prompt"],
+            "tools": tools,
+            "tool_overrides": {
+                name: {"risk": data[f"risk_{name}"] or "low", "hitl_mode": data[f"mode_{name}"] or "suspend"} for name in tools
+            },
+        }
+
+
+@require_GET
+@reviewer_required
+def page(request: HttpRequest) -> HttpResponse:
+    agents, config_error = _agents()
+    run_id = request.GET.get("run", "")
+    context = {
+        "agents": agents,
+        "compose": COMPOSE,
+        "tools": _tools(),
+        "openai_endpoint": os.environ.get("OPENAI_BASE_URL", ""),
+        "risks": RISKS,
+        "modes": MODES,
+        "config_error": config_error,
+        "history": recent_runs(request),
+        "run_id": run_id if run_id and selectors.run_list().filter(pk=run_id).exists() else "",
+        "prompts": DEMO_PROMPTS,
+    }
+    return render(request, "dashboard/playground.html", context)
+
+
+@require_POST
+@reviewer_required
+def run_create(request: HttpRequest) -> JsonResponse:
+    """Create a playground run (queued, auto_resume off); the page then drives and streams it."""
+    agents, _ = _agents()
+    form = RunForm(request.POST, agents=agents)
+    if not form.is_valid():
+        return _invalid(form)
+    agent = form.cleaned_data["agent"]
+    if agent == COMPOSE:
+        composed = AgentForm(request.POST)
+        if not composed.is_valid():
+            return _invalid(composed)
+        agent = agent_define(composed.spec())
+    try:
+        run = services.run_create(
+            agent=agent, input=form.cleaned_data["input"], created_by=creator(request), auto_resume=False, enqueue=False
+        )
+    except services.InvalidInput as exc:
+        return JsonResponse({"error_code": exc.code, "message": exc.message, **exc.details}, status=400)
+    return JsonResponse({"run": serializers.run_summary(run)}, status=201)
+
+
+def agent_define(spec: dict[str, Any]) -> str:
+    """Write a composed agent as a drop-in file (once per distinct spec); return its name.
+
+    The file is checked like agentfast.yaml before it lands, and lands whole (a rename), so
+    a process reading the folder never sees half of it.
+    """
+    name = "playground-" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    folder = drop_in_dir()
+    path = folder / f"{name}.yaml"
+    if not path.exists():
+        document = {"agents": {name: spec}}
+        parse(document, path)  # ConfigError here is our bug, not the user's: let it surface
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".{name}.{os.getpid()}.partial"
+        partial.write_text("# Composed in the playground; named after a hash of its settings.\n" + yaml.safe_dump(document))
+        os.replace(partial, path)
+    return name
+
+
+def _invalid(form: forms.Form) -> JsonResponse:
+    field, errors = next(iter(form.errors.items()))
+    return JsonResponse({"error_code": "invalid", "message": f"{field}: {errors[0]}", "field": field}, status=400)
+
+
+def _tools() -> list[dict[str, str]]:
+    """Return every registered tool with the risk and mode agentfast.yaml gives it, as defaults."""
+    try:
+        policy = get_policy()
+    except ConfigError:
+        policy = None
+    tools = []
+    for tool in registry:
+        rule = policy.tool_policy(tool.name) if policy else None
+        tools.append({"name": tool.name, "description": tool.description, "risk": rule.risk if rule else "low", "mode": rule.hitl_mode if rule else "suspend"})
+    return sorted(tools, key=lambda tool: tool["name"])
+
+
+def _agents() -> tuple[list[AgentSpec], str]:
+    """Return the configured agents, or none and why (a broken agentfast.yaml)."""
+    try:
+        policy = get_policy()
+    except ConfigError as exc:
+        return [], str(exc)
+    configured = [agent for agent in policy.agents.values() if not agent.name.startswith("playground-")]
+    return sorted(configured, key=lambda agent: agent.name), ""

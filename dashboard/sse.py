@@ -1,0 +1,372 @@
+"""Server-sent events: one run's events, the reviewers' approval feed, and a drive's stream.
+
+Every stream joins its Channels group *before* it reads the replay from RunEvent: an event
+committed in between arrives live as well and is dropped as a duplicate, so none is missed.
+A live event that skips a seq (a push lost while Redis hiccuped) is filled in from the
+table, and an idle stream re-reads the table whenever it sends a heartbeat.
+
+    id: 7
+    event: approval_required
+    data: {"run_id": "run_…", "seq": 7, "event": "approval_required", "data": {…}}
+
+`id` is the run's event seq; `delta` frames (streamed tokens) have none, being live only.
+The approval feed spans runs, so its ids are RunEvent primary keys instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, Self
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.db import close_old_connections
+from django.http import HttpRequest, StreamingHttpResponse
+
+from agents import events, runtime
+from agents.models import Run, RunEvent
+from agents.runtime.driver import DriveResult
+from dashboard.api_auth import ApiError
+
+HEARTBEAT_SECONDS = 15.0
+POLL_SECONDS = 1.0  # without a channel layer, read the table this often instead
+DRAIN_SECONDS = 1.0  # after a drive, how long its last pushes may take to arrive
+REPLAY_BATCH = 500
+APPROVAL_EVENTS = (RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_DECIDED)
+# Sent once the replay is out and the stream is subscribed: a client may rely on it.
+LIVE = ": live\n\n"
+HEARTBEAT = ": heartbeat\n\n"
+
+logger = logging.getLogger(__name__)
+
+
+def frame(event: str, payload: dict[str, Any], event_id: int | None = None) -> str:
+    """Return one SSE frame; JSON never contains a raw newline, so `data` is one line."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def response(stream: AsyncIterator[str]) -> StreamingHttpResponse:
+    """Wrap a stream; daphne serves it from its event loop, holding no thread."""
+    reply = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
+    reply["Cache-Control"] = "no-cache"
+    reply["X-Accel-Buffering"] = "no"  # a proxy must not buffer the stream
+    return reply
+
+
+def resume_point(request: HttpRequest, after: int | None, *, default: int) -> int:
+    """Return the id after which to stream: Last-Event-ID (a reconnect), else ?after=, else default."""
+    header = request.headers.get("Last-Event-ID", "").strip()
+    if not header:
+        return default if after is None else after
+    if not header.isdigit() or len(header) > 18:
+        raise ApiError("Last-Event-ID must be a non-negative integer", field="Last-Event-ID")
+    return int(header)
+
+
+def wants_stream(request: HttpRequest) -> bool:
+    # Explicitly: curl's "*/*" gets JSON.
+    return "text/event-stream" in request.headers.get("Accept", "")
+
+
+# -- the channel layer -------------------------------------------------------------------
+
+
+class _Live:
+    """Messages of one Channels group, or nothing (then streams poll the table).
+
+    A receive is never cancelled while the stream lasts: the pub/sub layer drops a channel
+    whose receive is cancelled, so a timeout waits beside the pending receive instead.
+    """
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        self.layer: Any = None
+        self.channel = ""
+        self._receiving: asyncio.Future[dict[str, Any]] | None = None
+
+    async def __aenter__(self) -> Self:
+        try:
+            layer = get_channel_layer()
+            await _keep_receiving(layer)
+            self.channel = await layer.new_channel()
+            await layer.group_add(self.group, self.channel)
+            self.layer = layer
+        except Exception as exc:  # noqa: BLE001 — any transport failure: fall back to polling the table
+            logger.warning("SSE on %s without the channel layer (polling the table): %s", self.group, exc)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._receiving is not None:
+            self._receiving.cancel()
+        if self.layer is not None:
+            try:
+                await self.layer.group_discard(self.group, self.channel)
+            except Exception:  # the stream is over either way
+                logger.debug("could not leave %s", self.group, exc_info=True)
+
+    @property
+    def tick(self) -> float:
+        return HEARTBEAT_SECONDS if self.layer is not None else POLL_SECONDS
+
+    async def next(self, timeout: float, *, until: asyncio.Future[Any] | None = None) -> dict[str, Any] | None:
+        """Return the next message, or None after `timeout` or once `until` is done."""
+        waiting: set[asyncio.Future[Any]] = {until} if until is not None else set()
+        if self.layer is not None:
+            if self._receiving is None:
+                self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
+            waiting.add(self._receiving)
+        if not waiting:
+            await asyncio.sleep(timeout)
+            return None
+        done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if self._receiving is None or self._receiving not in done:
+            return None
+        receiving, self._receiving = self._receiving, None
+        try:
+            return receiving.result()
+        except Exception as exc:  # noqa: BLE001 — the layer broke mid-stream: poll from now on
+            logger.warning("SSE on %s lost the channel layer (polling the table): %s", self.group, exc)
+            self.layer = None
+            return None
+
+
+_anchors: dict[int, str] = {}  # event loop id → a channel this process never leaves
+
+
+async def _keep_receiving(layer: Any) -> None:
+    """Keep the channel layer's receiver reading at once, from the first stream on.
+
+    channels_redis' pub/sub receiver sleeps 100 ms between looks while its process
+    subscribes to nothing, so the first push to each new stream of an idle process waited
+    up to 100 ms (the bench saw 90). One channel that is never left keeps it subscribed.
+    """
+    loop = id(asyncio.get_running_loop())
+    if loop not in _anchors:
+        _anchors[loop] = await layer.new_channel("sse-anchor.")
+
+
+# -- feeds: what a stream has sent, and what follows -------------------------------------
+
+
+class _Feed(Protocol):
+    ended: bool
+
+    async def stored(self) -> list[str]: ...
+
+    async def live(self, message: dict[str, Any]) -> list[str]: ...
+
+
+def _payload(run_id: str, seq: int | None, event: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"run_id": run_id, "seq": seq, "event": event, "data": data}
+
+
+class RunFeed:
+    """One run's events, ids by seq; ends after its run_status completed/failed/cancelled."""
+
+    def __init__(self, run_id: str, after: int) -> None:
+        self.run_id = run_id
+        self.last = after
+        self.ended = False
+
+    async def stored(self) -> list[str]:
+        """Frames of the stored events after the last one sent (replay, gaps, idle checks)."""
+        frames: list[str] = []
+        while True:
+            rows = await sync_to_async(_run_events_after)(self.run_id, self.last)
+            frames += [self._sent(seq, type, data) for seq, type, data in rows]
+            if len(rows) < REPLAY_BATCH:
+                return frames
+
+    async def live(self, message: dict[str, Any]) -> list[str]:
+        seq = message["seq"]
+        if seq is None:
+            return [frame(message["event"], _payload(self.run_id, None, message["event"], message["data"]))]
+        if seq <= self.last:
+            return []  # replayed already
+        if seq > self.last + 1:
+            return await self.stored()  # a push went missing: the table has it
+        return [self._sent(seq, message["event"], message["data"])]
+
+    async def has_ended(self) -> bool:
+        """Return whether the run ended and every stored event was sent (a late Last-Event-ID)."""
+        state = await sync_to_async(_run_state)(self.run_id)
+        return state is None or (state[0] in Run.TERMINAL and state[1] <= self.last)
+
+    def _sent(self, seq: int, event: str, data: dict[str, Any]) -> str:
+        self.last = seq
+        if event == RunEvent.Type.RUN_STATUS and data.get("status") in Run.TERMINAL:
+            self.ended = True
+        return frame(event, _payload(self.run_id, seq, event, data), seq)
+
+
+class ApprovalFeed:
+    """Every run's approval_required and approval_decided events; ids are RunEvent pks.
+
+    Primary keys are handed out at INSERT and transactions may commit out of that order
+    (PostgreSQL), so live events are deduplicated by the pks sent rather than by the highest.
+    """
+
+    ended = False
+    _REMEMBERED = 10_000
+
+    def __init__(self, after: int) -> None:
+        self.last = after
+        self._sent: set[int] = set()
+
+    async def stored(self) -> list[str]:
+        frames: list[str] = []
+        while True:
+            rows = await sync_to_async(_approval_events_after)(self.last)
+            frames += [self._frame(*row) for row in rows if row[0] not in self._sent]
+            if len(rows) < REPLAY_BATCH:
+                return frames
+
+    async def live(self, message: dict[str, Any]) -> list[str]:
+        if message["event"] not in APPROVAL_EVENTS or message["seq"] is None:
+            return []
+        pk = await sync_to_async(_event_pk)(message["run_id"], message["seq"])
+        if pk is None or pk in self._sent:
+            return []
+        return [self._frame(pk, message["run_id"], message["seq"], message["event"], message["data"])]
+
+    def _frame(self, pk: int, run_id: str, seq: int, event: str, data: dict[str, Any]) -> str:
+        self._sent.add(pk)
+        self.last = max(self.last, pk)
+        if len(self._sent) > self._REMEMBERED:  # a late commit is seconds old, not thousands of events
+            self._sent = {sent for sent in self._sent if sent > self.last - self._REMEMBERED // 2}
+        return frame(event, _payload(run_id, seq, event, data), pk)
+
+
+def _run_events_after(run_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]:
+    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq")
+    return list(rows.values_list("seq", "type", "data")[:REPLAY_BATCH])
+
+
+def _run_state(run_id: str) -> tuple[str, int] | None:
+    return Run.objects.filter(pk=run_id).values_list("status", "last_event_seq").first()
+
+
+def _approval_events_after(pk: int) -> list[tuple[int, str, int, str, dict[str, Any]]]:
+    rows = RunEvent.objects.filter(type__in=APPROVAL_EVENTS, pk__gt=pk).order_by("pk")
+    return list(rows.values_list("pk", "run_id", "seq", "type", "data")[:REPLAY_BATCH])
+
+
+def _event_pk(run_id: str, seq: int) -> int | None:
+    return RunEvent.objects.filter(run_id=run_id, seq=seq).values_list("pk", flat=True).first()
+
+
+def latest_approval_event() -> int:
+    """Return the pk the approval feed starts after when the client names none: now."""
+    return RunEvent.objects.filter(type__in=APPROVAL_EVENTS).order_by("-pk").values_list("pk", flat=True).first() or 0
+
+
+# -- streams -----------------------------------------------------------------------------
+
+
+async def _follow(live: _Live, feed: _Feed, *, until: asyncio.Future[Any] | None = None) -> AsyncIterator[str]:
+    """Yield live frames, and a heartbeat after each quiet spell, until the feed ends or `until` is done."""
+    quiet_since = time.monotonic()
+    while not feed.ended:
+        message = await live.next(live.tick, until=until)
+        if message is None and until is not None and until.done():
+            return  # the caller drains: pushes still in flight first, then the table
+        frames = await (feed.live(message) if message is not None else feed.stored())
+        for chunk in frames:
+            yield chunk
+        if frames:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= HEARTBEAT_SECONDS:
+            quiet_since = time.monotonic()
+            yield HEARTBEAT
+
+
+async def run_stream(run_id: str, after: int) -> AsyncIterator[str]:
+    """Yield a run's events after seq `after`, then live ones, until the run ends."""
+    feed = RunFeed(run_id, after)
+    async with _Live(events.run_group(run_id)) as live:
+        for chunk in await feed.stored():
+            yield chunk
+        if feed.ended or await feed.has_ended():
+            return
+        yield LIVE
+        async for chunk in _follow(live, feed):
+            yield chunk
+
+
+async def approval_stream(after: int) -> AsyncIterator[str]:
+    """Yield the approval events of all runs after RunEvent pk `after`, then live ones, forever."""
+    feed = ApprovalFeed(after)
+    async with _Live(events.APPROVALS_GROUP) as live:
+        for chunk in await feed.stored():
+            yield chunk
+        yield LIVE
+        async for chunk in _follow(live, feed):
+            yield chunk
+
+
+async def drive_stream(run_id: str, after: int) -> AsyncIterator[str]:
+    """Drive a run in this process and yield its events until the drive returns.
+
+    1. Join the run's group, then replay what followed `after` (the decision that led here).
+    2. Drive in a worker thread (the lease makes it the only driver); its tokens and events
+       reach this stream through the group, in the order the driver published them.
+    3. When the drive returns, wait briefly for its last pushes, fill any gap from the
+       table, and end with an `end` frame saying where the run stands.
+    """
+    feed = RunFeed(run_id, after)
+    async with _Live(events.run_group(run_id)) as live:
+        for chunk in await feed.stored():
+            yield chunk
+        yield LIVE
+        drive = asyncio.ensure_future(sync_to_async(_drive, thread_sensitive=False)(run_id))
+        async for chunk in _follow(live, feed, until=drive):
+            yield chunk
+        try:
+            result = await drive
+        except Exception as exc:  # the 200 is sent: report it on the stream
+            logger.exception("driving %s from a request failed", run_id)
+            yield frame("error", {"error_code": "internal_error", "message": f"{type(exc).__name__}: {exc}"})
+            return
+        async for chunk in _drain(live, feed):
+            yield chunk
+    if not result.driven:
+        yield frame("error", await sync_to_async(_lease_error)(run_id))
+    yield frame("end", {"run_id": run_id, "status": result.status, "driven": result.driven})
+
+
+async def _drain(live: _Live, feed: RunFeed) -> AsyncIterator[str]:
+    """Yield what the finished drive published and this stream has not sent yet."""
+    state = await sync_to_async(_run_state)(feed.run_id)
+    target = state[1] if state else feed.last
+    deadline = time.monotonic() + DRAIN_SECONDS
+    while feed.last < target and live.layer is not None and (left := deadline - time.monotonic()) > 0:
+        message = await live.next(left)
+        if message is None:
+            break
+        for chunk in await feed.live(message):
+            yield chunk
+    for chunk in await feed.stored():
+        yield chunk
+
+
+def _drive(run_id: str) -> DriveResult:
+    try:
+        return runtime.drive(run_id, stream=True)
+    finally:
+        close_old_connections()  # this pool thread is not a request: nobody else closes it
+
+
+def _lease_error(run_id: str) -> dict[str, Any]:
+    run = Run.objects.filter(pk=run_id).values("lease_owner", "lease_expires_at").first() or {}
+    owner, until = run.get("lease_owner") or None, run.get("lease_expires_at")
+    return {
+        "error_code": "lease_held",
+        "message": f"run {run_id} is being driven by {owner or 'another process'}",
+        "lease_owner": owner,
+        "lease_expires_at": until.isoformat() if until else None,
+    }

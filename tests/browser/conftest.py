@@ -1,0 +1,164 @@
+"""Fixtures for tests in real Chromium: a daphne server, a browser, signed-in viewers.
+
+- `live_server`: a real `daphne` process serving dashboard.asgi on a free port, against the
+  test database and the test run's Redis (tests.conftest.child_env), so HTTP, websockets
+  and the channel layer are the production ones. Needs `transactional_db` (it requests it):
+  the server process only sees committed rows. `.url`, `.stop()`, `.start()` (a restart on
+  the same port, to drop every websocket).
+- `browser`: one headless Chromium (/usr/bin/chromium, driven by Playwright) per module.
+  Without Chromium the tests skip locally and fail when CI is set.
+- `viewer`: `viewer("alice")` opens a new browser context (its own cookies), signs in
+  through the login form with the fixture users' password `<name>-password`, and returns
+  a `Viewer` whose `dialogs` and `errors` lists record alert()/confirm() dialogs and
+  uncaught page errors, for tests to assert that no script ran. `viewer("bob",
+  viewport={"width": 390, "height": 844})` is a phone. `screenshot(page, name)` saves
+  artifacts/screenshots/<name>.png (gitignored; CI keeps it as an artifact).
+
+Every browser test is marked `@pytest.mark.browser`; a start-to-finish flow also needs a
+worker: request `start_worker` (tests/conftest.py) and call it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, child_env
+
+CHROMIUM = Path(os.environ.get("AGENTFAST_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LiveServer:
+    """A daphne process on a fixed port; restartable, so a test can drop every websocket."""
+
+    def __init__(self, log: Path, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path, self.env = log, env
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20) -> None:
+        args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"daphne did not start:\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        """Kill the server at once, as a crash or a deploy would: open sockets drop (1006)."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self.process = None
+
+
+@pytest.fixture(autouse=True)
+def _live_server_helper() -> None:
+    """Replace pytest-django's hook for its own in-process live_server, which this one replaces.
+
+    Ours runs in another process, so there are no settings of this process to swap in.
+    """
+
+
+@pytest.fixture
+def live_server(transactional_db: None, tmp_path: Path) -> Iterator[LiveServer]:
+    env = child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost", AGENTFAST_LOG_LEVEL="WARNING")
+    server = LiveServer(tmp_path / "daphne.log", env)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        message = f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop running in this thread, which makes Django
+    # refuse ORM calls from the test. They are plain blocking calls with no coroutine
+    # sharing the connection, so allow them, for this module's tests only.
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@dataclass
+class Viewer:
+    """One person's browser context and page, with what happened in it that should not."""
+
+    context: Any
+    page: Any
+    dialogs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def screenshot(self, name: str) -> Path:
+        return screenshot(self.page, name)
+
+
+def screenshot(page: Any, name: str) -> Path:
+    """Save a full-page screenshot as artifacts/screenshots/<name>.png, animations finished."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True, animations="disabled")
+    return path
+
+
+@pytest.fixture
+def viewer(browser: Any, live_server: LiveServer) -> Iterator[Callable[..., Viewer]]:
+    contexts: list[Any] = []
+
+    def open_as(username: str, *, path: str = "/", viewport: dict[str, int] | None = None) -> Viewer:
+        context = browser.new_context(base_url=live_server.url, viewport=viewport or {"width": 1280, "height": 860})
+        context.set_default_timeout(10_000)
+        contexts.append(context)
+        page = context.new_page()
+        seen = Viewer(context=context, page=page)
+        page.on("dialog", lambda dialog: (seen.dialogs.append(dialog.message), dialog.dismiss()))
+        page.on("pageerror", lambda error: seen.errors.append(str(error)))
+        page.goto(f"/accounts/login/?next={path}")
+        page.fill("#id_username", username)
+        page.fill("#id_password", f"{username}-password")
+        page.click("button[type=submit]")
+        page.wait_for_url(live_server.url + path)
+        return seen
+
+    yield open_as
+    for context in contexts:
+        context.close()

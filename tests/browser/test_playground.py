@@ -1,0 +1,104 @@
+"""The playground in real Chromium: prompt, pause, inline approval, and the resumed run
+streaming to its final answer in the same view. No worker runs: the page drives its runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import expect
+
+from agents.models import Approval, AuditEntry, Run, RunEvent, SideEffect
+from tests.browser.conftest import Viewer
+from tests.dashboard.conftest import XSS
+
+pytestmark = pytest.mark.browser
+
+REFUND = "Refund order A1001 for 25.00 USD"
+
+
+def raw_log(viewer: Viewer) -> list[tuple[str, str]]:
+    """Return the raw event log as (id, event) pairs."""
+    rows = viewer.page.locator("#pg-raw-log li")
+    return [(row.locator(".pg-raw-id").inner_text(), row.locator(".pg-raw-event").inner_text()) for row in rows.all()]
+
+
+def test_it_streams_a_run_through_an_inline_approval_to_the_final_answer(viewer: Callable[..., Viewer], alice: User) -> None:
+    seen = viewer("alice", path="/playground/")
+    page = seen.page
+    page.select_option("#pg-agent", "support")
+    page.get_by_role("button", name=REFUND).click()  # a demo prompt fills the box
+    page.click("#pg-run")
+
+    card = page.locator(".pg-approval")
+    expect(card).to_be_visible()
+    expect(page.locator("#pg-status")).to_have_text("suspended")
+    expect(card.locator(".pg-tool")).to_have_text("refund_request")
+    expect(page.locator(".pg-assistant").first).to_have_text("agentLet me look up order A1001 first.")
+    expect(page.locator(".pg-call .pg-call-status")).to_have_text("ok")  # lookup_order ran
+
+    seen.screenshot("playground-paused")
+    card.locator(".pg-note").fill("within policy")
+    card.locator(".pg-approve").click()
+
+    final = page.locator(".pg-assistant.final .pg-text")
+    expect(final).to_contain_text("Refunded 25.00 USD for order A1001")
+    expect(page.locator("#pg-status")).to_have_text("completed")
+    expect(card.locator(".pg-decided")).to_have_text("Approved by alice: within policy")
+    expect(page.locator(".pg-user").first).to_contain_text(REFUND)  # the same view, from the prompt on
+
+    run = Run.objects.get()
+    log = raw_log(seen)
+    stored = [int(ident[1:]) for ident, _ in log if ident.startswith("#")]
+    assert stored == list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    events = [event for _, event in log]
+    resumed = events[events.index("approval_decided") :]
+    assert "delta" in resumed and resumed[-2:] == ["run_status", "end"]  # the resumed run streamed its tokens
+
+    assert run.created_by == "alice (playground)"
+    approval = Approval.objects.get(run=run)
+    assert (approval.status, approval.decided_by) == ("approved", "alice")
+    assert SideEffect.objects.filter(idempotency_key=approval.id).count() == 1
+    assert AuditEntry.objects.get(approval_id=approval.id).source == "api"
+    expect(page.locator("#pg-history li.current .badge")).to_have_text("completed")
+    seen.screenshot("playground")
+    assert seen.errors == [] and seen.dialogs == []
+
+
+def test_it_shows_model_and_tool_text_as_text(viewer: Callable[..., Viewer], alice: User) -> None:
+    seen = viewer("alice", path="/playground/")
+    page = seen.page
+    page.fill("#pg-input", XSS)
+    page.click("#pg-run")
+    card = page.locator(".pg-approval")
+    expect(card.locator(".pg-mode")).to_have_text("defer")
+    expect(card.locator(".pg-args")).to_contain_text("<img src=x onerror=alert(1)>")
+    expect(page.locator("#pg-status")).to_have_text("completed")  # a deferred call does not pause the run
+    page.reload()  # the history entry and the replay of the run render the same text
+    expect(page.locator(".pg-approval .pg-args")).to_contain_text("<img src=x onerror=alert(1)>")
+    assert page.locator("img").count() == 0
+    assert seen.errors == [] and seen.dialogs == []
+
+
+def test_it_runs_an_agent_composed_on_the_page(viewer: Callable[..., Viewer], alice: User, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTFAST_AGENTS_DIR", str(tmp_path / "agents.d"))  # before the server starts
+    seen = viewer("alice", path="/playground/")
+    page = seen.page
+    page.select_option("#pg-agent", label="Compose an agent…")
+    compose = page.locator("#pg-compose")
+    expect(compose).to_be_visible()
+    compose.locator("#pg-system").fill("You are a careful support agent.")
+    for tool in ("lookup_order", "refund_request"):
+        compose.locator(f"input[name=tools][value={tool}]").check()
+    page.select_option("select[name=risk_refund_request]", "low")  # this agent may refund unasked
+    page.fill("#pg-input", REFUND)
+    seen.screenshot("playground-compose")
+    page.click("#pg-run")
+    expect(page.locator(".pg-assistant.final .pg-text")).to_contain_text("Refunded 25.00 USD for order A1001")
+    expect(page.locator(".pg-approval")).to_have_count(0)
+    run = Run.objects.get()
+    assert run.agent.startswith("playground-")
+    assert (tmp_path / "agents.d" / f"{run.agent}.yaml").exists()
+    assert seen.errors == [] and seen.dialogs == []

@@ -1,0 +1,108 @@
+"""The audit page (admins): every decision attempt, filters, the edit diff, the CSV export."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents import services
+from agents.models import Approval, AuditEntry
+from tests.dashboard.conftest import REFUND
+from tests.support.flows import decide, pending, start
+
+
+@pytest.fixture
+def history(db: None) -> Approval:
+    """Bob approves with an edit; alice tries to reject it afterwards; dave's id is unknown."""
+    [approval] = pending(start(REFUND))
+    decide(approval, "approved", by="bob", arguments={"order_id": "A1001", "amount_cents": 1500}, note="half now", auto_resume=False)
+    with pytest.raises(services.AlreadyDecided):
+        services.approval_decide(
+            approval_id=approval.id, decision="rejected", attempt=services.Attempt(actor="alice", source="web", origin="10.0.0.7")
+        )
+    with pytest.raises(services.NotFound):
+        decide("appr_missing", "approved", by="dave")
+    return approval
+
+
+def rows(html: str) -> int:
+    return html.count('<tr class="outcome-')
+
+
+def test_it_lists_every_attempt_with_who_what_when_where_and_outcome(client_for, carol, history):
+    html = client_for(carol).get("/audit").content.decode()
+
+    assert rows(html) == 3
+    assert "already_decided" in html and "Already Decided" in html and "Not Found" in html
+    assert "10.0.0.7" in html and "web" in html and "cli" in html
+    assert "“half now”" in html
+    # The edited-argument diff: proposed → approved.
+    assert "<td><code>amount_cents</code></td><td><del>2500</del></td><td><ins>1500</ins></td>" in html
+    assert f'href="/approvals/{history.id}"' in html
+
+
+def test_it_filters_by_person_tool_outcome_and_date(client_for, carol, history):
+    client = client_for(carol)
+    today = timezone.now().date()
+
+    assert rows(client.get("/audit?person=alice").content.decode()) == 1
+    assert rows(client.get("/audit?tool=refund_request").content.decode()) == 2
+    assert rows(client.get("/audit?outcome=not_found").content.decode()) == 1
+    assert rows(client.get(f"/audit?since={today}&until={today}").content.decode()) == 3
+    later = client.get(f"/audit?since={today + timedelta(days=1)}").content.decode()
+    assert rows(later) == 0 and "No entries match these filters." in later
+    assert rows(client.get(f"/audit?until={today - timedelta(days=1)}").content.decode()) == 0
+
+
+def test_it_says_so_when_a_filter_is_malformed(client_for, carol, history):
+    html = client_for(carol).get("/audit?since=yesterday").content.decode()
+
+    assert "Enter a valid date." in html and rows(html) == 0
+
+
+def test_it_exports_the_filtered_history_as_csv(client_for, carol, history):
+    response = client_for(carol).get("/audit.csv?tool=refund_request")
+
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    assert response["Content-Disposition"].startswith('attachment; filename="agentfast-audit-')
+    table = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [(r["actor"], r["outcome"]) for r in table] == [("alice", "already_decided"), ("bob", "decided")]
+    assert table[1]["arguments_diff"] == '{"amount_cents": [2500, 1500]}'
+    assert table[1]["note"] == "half now" and table[0]["origin"] == "10.0.0.7"
+
+
+def test_it_defuses_spreadsheet_formulas_in_the_csv(client_for, carol, approval):
+    decide(approval, "rejected", by="bob", note="=HYPERLINK(\"http://evil\")")
+
+    body = b"".join(client_for(carol).get("/audit.csv").streaming_content).decode()
+
+    [row] = list(csv.DictReader(io.StringIO(body)))
+    assert row["note"] == "'=HYPERLINK(\"http://evil\")"
+
+
+def test_it_explains_an_empty_history(client_for, carol):
+    assert "No decisions yet." in client_for(carol).get("/audit").content.decode()
+
+
+def test_it_keeps_the_audit_append_only_in_the_admin(client_for, carol, history):
+    client = client_for(carol)
+    entry = AuditEntry.objects.first()
+
+    assert client.get("/admin/agents/auditentry/").status_code == 200
+    assert client.get("/admin/agents/auditentry/add/").status_code == 403
+    assert client.get(f"/admin/agents/auditentry/{entry.pk}/delete/").status_code == 403
+    change = client.post(f"/admin/agents/auditentry/{entry.pk}/change/", {"actor": "mallory"})
+    assert change.status_code == 403
+    bulk = client.post("/admin/agents/auditentry/", {"action": "delete_selected", "_selected_action": [entry.pk], "post": "yes"})
+    assert bulk.status_code in (200, 302)
+    assert AuditEntry.objects.count() == 3 and AuditEntry.objects.get(pk=entry.pk).actor != "mallory"
+
+
+def test_it_keeps_the_django_admin_for_admins(client_for, alice, carol):
+    assert client_for(alice).get("/admin/").status_code == 302  # not staff: the admin's own login
+    assert client_for(carol).get("/admin/").status_code == 200
+    assert client_for(carol).get("/admin/agents/approval/").status_code == 200

@@ -1,0 +1,152 @@
+"""The live pushes, through the real ASGI stack (origin check, session auth, routing) and
+the real Redis channel layer: cards in, cards out, timelines growing, strangers refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
+from django.test import Client
+
+from agents import events, services
+from dashboard.asgi import application
+from tests.dashboard.conftest import REFUND
+from tests.support.flows import decide, pending, resume, start
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T = TypeVar("T")
+
+EMAIL = "Email bob@example.com that his refund is on its way"
+
+
+def _session_cookie(user: User) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def connect(path: str, user: User | None = None, *, origin: bytes = b"http://localhost") -> tuple[WebsocketCommunicator, bool, int | None]:
+    headers = [(b"origin", origin), (b"host", b"localhost")]
+    if user is not None:
+        headers.append((b"cookie", await database_sync_to_async(_session_cookie)(user)))
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    connected, code = await communicator.connect(timeout=5)
+    return communicator, connected, code
+
+
+async def in_thread(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run engine code the way a worker would, then wait until its events reached Redis."""
+    result = await database_sync_to_async(func)(*args, **kwargs)
+    await database_sync_to_async(events.flush)()
+    return result
+
+
+async def test_it_refuses_anonymous_connections():
+    for path in ("/ws/inbox/", "/ws/runs/run_x/"):
+        _, connected, code = await connect(path)
+        assert (connected, code) == (False, 4403)
+
+
+async def test_it_refuses_users_without_a_role(dave):
+    for path in ("/ws/inbox/", "/ws/runs/run_x/"):
+        _, connected, code = await connect(path, dave)
+        assert (connected, code) == (False, 4403)
+
+
+async def test_it_refuses_a_foreign_origin(alice):
+    _, connected, _ = await connect("/ws/inbox/", alice, origin=b"http://evil.example")
+
+    assert connected is False
+
+
+async def test_it_pushes_a_card_when_an_agent_pauses_and_removes_it_when_decided(alice):
+    communicator, connected, _ = await connect("/ws/inbox/?page=1", alice)
+    assert connected
+
+    run = await in_thread(start, REFUND)
+    [approval] = await database_sync_to_async(pending)(run)
+    pushed = await communicator.receive_from(timeout=5)
+
+    assert pushed.startswith('<div hx-swap-oob="afterbegin:#inbox-cards">')
+    assert f'<article id="card-{approval.id}" class="card"' in pushed
+    assert "&quot;amount_cents&quot;: 2500" in pushed
+    assert 'id="pending-count" class="count" data-count="1" hx-swap-oob="true"' in pushed
+
+    await in_thread(decide, approval, "approved", by="bob", auto_resume=False)
+    removed = await communicator.receive_from(timeout=5)
+
+    assert f'<div id="card-{approval.id}" hx-swap-oob="delete"></div>' in removed
+    assert 'data-count="0"' in removed
+    await communicator.disconnect()
+
+
+async def test_it_pushes_only_cards_that_match_the_inbox_filters(alice):
+    communicator, _, _ = await connect("/ws/inbox/?tool=send_email&page=1", alice)
+
+    await in_thread(start, REFUND)
+    assert await communicator.receive_nothing(timeout=0.3)
+    run = await in_thread(start, EMAIL)
+    [approval] = await database_sync_to_async(pending)(run)
+    pushed = await communicator.receive_from(timeout=5)
+
+    assert f'id="card-{approval.id}"' in pushed and "send_email" in pushed
+    assert 'data-count="1"' in pushed  # the filtered count, not every pending approval
+    await communicator.disconnect()
+
+
+async def test_it_inserts_no_card_into_a_later_page_but_still_removes_decided_ones(alice):
+    communicator, _, _ = await connect("/ws/inbox/?page=2", alice)
+
+    run = await in_thread(start, REFUND)
+    assert await communicator.receive_nothing(timeout=0.3)
+    [approval] = await database_sync_to_async(pending)(run)
+    await in_thread(decide, approval, "rejected", by="bob", auto_resume=False)
+
+    assert 'hx-swap-oob="delete"' in await communicator.receive_from(timeout=5)
+    await communicator.disconnect()
+
+
+async def test_it_appends_a_runs_events_to_its_timeline_live(alice):
+    run = await in_thread(start, REFUND)
+    [approval] = await database_sync_to_async(pending)(run)
+    communicator, connected, _ = await connect(f"/ws/runs/{run.id}/", alice)
+    assert connected
+
+    await in_thread(decide, approval, "approved", by="bob", auto_resume=False)
+    decided = await communicator.receive_from(timeout=5)
+
+    assert decided.startswith('<div hx-swap-oob="beforeend:#timeline">')
+    assert 'class="event type-approval_decided"' in decided and "by bob" in decided
+    assert 'id="run-status" class="badge status-suspended" hx-swap-oob="true"' in decided
+
+    await in_thread(resume, run)
+    pushed = [await communicator.receive_from(timeout=5)]
+    while 'class="event type-run_status"' not in pushed[-1]:
+        pushed.append(await communicator.receive_from(timeout=5))
+
+    kinds = [html.split('class="event type-')[1].split('"')[0] for html in pushed]
+    assert kinds[-3:] == ["tool_result", "message", "run_status"]
+    assert "Refunded 25.00 USD for order A1001" in pushed[-2]
+    assert 'id="run-status" class="badge status-completed" hx-swap-oob="true"' in pushed[-1]
+    await communicator.disconnect()
+
+
+async def test_it_refuses_a_timeline_of_an_unknown_run(alice):
+    _, connected, code = await connect("/ws/runs/run_nope/", alice)
+
+    assert (connected, code) == (False, 4404)
+
+
+async def test_it_removes_the_card_of_an_expired_approval(alice, paused):
+    [approval] = await database_sync_to_async(pending)(paused)
+    communicator, _, _ = await connect("/ws/inbox/", alice)
+
+    await in_thread(services.approval_expire, approval=approval, actor="system", reason="no decision in time", resume=False)
+
+    assert f'<div id="card-{approval.id}" hx-swap-oob="delete"></div>' in await communicator.receive_from(timeout=5)
+    await communicator.disconnect()

@@ -1,0 +1,152 @@
+"""The playground's page and the endpoint that starts its runs (the streaming is the API's)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from agents import services
+from agents.models import Run, SideEffect
+from agents.policy import get_policy
+from tests.dashboard.conftest import REFUND, XSS
+from tests.support import flows
+from tests.support.fake_openai import MODEL, FakeOpenAI, Reply, tool_messages
+
+
+def test_it_offers_the_configured_agents_and_the_demo_prompts(client_for: Callable[[User], Client], alice: User) -> None:
+    response = client_for(alice).get("/playground/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert '<option value="support"' in page
+    assert "Refund order A1001 for 25.00 USD" in page
+    assert "js/playground.js" in page
+
+
+def test_it_starts_a_queued_run_that_the_page_drives(client_for: Callable[[User], Client], alice: User, django_capture_on_commit_callbacks: Any) -> None:
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client_for(alice).post("/playground/runs", {"agent": "support", "input": REFUND})
+    assert response.status_code == 201
+    run = Run.objects.get(pk=response.json()["run"]["id"])
+    assert (run.status, run.auto_resume, run.created_by) == (Run.Status.QUEUED, False, "alice (playground)")
+    assert callbacks == []  # no worker is asked: the page drives it
+
+
+@pytest.mark.parametrize(("data", "field"), [({"agent": "nobody", "input": "hi"}, "agent"), ({"agent": "support", "input": ""}, "input")])
+def test_it_refuses_a_bad_run_naming_the_field(client_for: Callable[[User], Client], alice: User, data: dict[str, str], field: str) -> None:
+    response = client_for(alice).post("/playground/runs", data)
+    assert response.status_code == 400
+    assert (response.json()["error_code"], response.json()["field"]) == ("invalid", field)
+    assert not Run.objects.exists()
+
+
+def test_it_lists_only_your_own_playground_runs(client_for: Callable[[User], Client], alice: User, bob: User) -> None:
+    client_for(alice).post("/playground/runs", {"agent": "support", "input": "alice's playground prompt"})
+    client_for(bob).post("/playground/runs", {"agent": "support", "input": "bob's playground prompt"})
+    services.run_create(agent="support", input="alice's API prompt", created_by="alice", enqueue=False)
+    page = client_for(alice).get("/playground/").content.decode()
+    assert "alice&#x27;s playground prompt" in page
+    assert "bob&#x27;s playground prompt" not in page
+    assert "alice&#x27;s API prompt" not in page
+
+
+def test_it_escapes_prompts_in_the_history(client_for: Callable[[User], Client], alice: User) -> None:
+    client_for(alice).post("/playground/runs", {"agent": "support", "input": XSS})
+    page = client_for(alice).get("/playground/").content.decode()
+    assert "<img src=x" not in page
+    assert "&lt;img src=x" in page
+
+
+def test_it_enforces_csrf_when_starting_a_run(alice: User) -> None:
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(alice)
+    response = browser.post("/playground/runs", {"agent": "support", "input": "hi"})
+    assert response.status_code == 403
+    assert not Run.objects.exists()
+
+
+def test_it_is_for_reviewers_and_admins_only(client: Client, client_for: Callable[[User], Client], dave: User, carol: User) -> None:
+    assert client.get("/playground/").status_code == 302  # to the login page
+    assert client_for(dave).get("/playground/").status_code == 403
+    assert client_for(dave).post("/playground/runs", {"agent": "support", "input": "hi"}).status_code == 403
+    assert client_for(carol).get("/playground/").status_code == 200
+
+
+# -- composed agents ---------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def agents_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Composed agents land in this test's own drop-in folder."""
+    folder = tmp_path / "agents.d"
+    monkeypatch.setenv("AGENTFAST_AGENTS_DIR", str(folder))
+    return folder
+
+
+def composed(**fields: Any) -> dict[str, Any]:
+    data = {
+        "agent": "__compose__", "input": REFUND, "system_prompt": "You are terse.", "model": "demo",
+        "tools": ["lookup_order", "refund_request"],
+        "risk_lookup_order": "low", "mode_lookup_order": "suspend",
+        "risk_refund_request": "high", "mode_refund_request": "suspend",
+    }
+    return {**data, **fields}
+
+
+def _start(client: Client, data: dict[str, Any]) -> Run:
+    response = client.post("/playground/runs", data)
+    assert response.status_code == 201, response.json()
+    return Run.objects.get(pk=response.json()["run"]["id"])
+
+
+def test_it_composes_agents_whose_own_risk_settings_govern_their_runs(
+    client_for: Callable[[User], Client], alice: User, agents_dir: Path
+) -> None:
+    careful = _start(client_for(alice), composed())
+    trusting = _start(client_for(alice), composed(risk_refund_request="low"))
+    assert flows.resume(careful).status == Run.Status.SUSPENDED
+    assert flows.resume(trusting).status == Run.Status.COMPLETED  # nobody was asked
+    assert SideEffect.objects.filter(tool="refund_request").count() == 1
+    assert sorted(path.stem for path in agents_dir.glob("*.yaml")) == sorted([careful.agent, trusting.agent])
+    assert get_policy().tool_policy("refund_request").risk == "high"  # agentfast.yaml's rule still holds
+
+
+def test_it_makes_one_agent_of_the_same_settings(client_for: Callable[[User], Client], alice: User, agents_dir: Path) -> None:
+    first = _start(client_for(alice), composed())
+    second = _start(client_for(alice), composed(input="Refund order A1002 for 5.00 USD"))
+    assert first.agent == second.agent
+    assert first.agent.startswith("playground-")
+    assert len(list(agents_dir.iterdir())) == 1
+
+
+def test_it_runs_a_composed_agent_on_an_openai_compatible_endpoint(
+    client_for: Callable[[User], Client], alice: User, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    fake_openai.script(
+        lambda body: Reply(content="Refunded 5.00 USD.") if tool_messages(body)
+        else Reply(tool_calls=[("call_1", "refund_request", '{"order_id": "A1001", "amount_cents": 500}')])
+    )
+    run = _start(client_for(alice), composed(model="openai", model_name=MODEL, tools=["refund_request"]))
+    assert flows.resume(run).status == Run.Status.SUSPENDED
+    flows.decide(flows.pending(run)[0], "approved", auto_resume=False)
+    assert flows.resume(run).output == "Refunded 5.00 USD."
+    assert fake_openai.requests[0]["messages"][0] == {"role": "system", "content": "You are terse."}
+    assert [tool["function"]["name"] for tool in fake_openai.requests[0]["tools"]] == ["refund_request"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [({"model": "openai", "model_name": ""}, "model_name"), ({"tools": ["no_such_tool"]}, "tools"), ({"risk_refund_request": "extreme"}, "risk_refund_request")],
+)
+def test_it_refuses_a_bad_composed_agent(
+    client_for: Callable[[User], Client], alice: User, agents_dir: Path, fields: dict[str, Any], field: str
+) -> None:
+    response = client_for(alice).post("/playground/runs", composed(**fields))
+    assert response.status_code == 400
+    assert response.json()["field"] == field
+    assert not agents_dir.exists() and not Run.objects.exists()

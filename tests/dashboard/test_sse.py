@@ -1,0 +1,83 @@
+"""The SSE machinery in process: frames, heartbeats, gap filling, and life without Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from agents import runtime, services
+from agents.models import RunEvent
+from dashboard import sse
+from tests.support import flows
+
+REFUND = "Refund order A1001 for 25.00 USD"
+
+
+async def _next(stream: AsyncIterator[str], timeout: float = 5.0) -> str:
+    return await asyncio.wait_for(anext(stream), timeout)
+
+
+def test_it_writes_one_data_line_per_frame() -> None:
+    text = sse.frame("message", {"content": "two\nlines"}, 7)
+    assert text == 'id: 7\nevent: message\ndata: {"content":"two\\nlines"}\n\n'
+    assert sse.frame("delta", {"text": "hi"}).startswith("event: delta\n")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_sends_heartbeats_while_a_run_is_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sse, "HEARTBEAT_SECONDS", 0.2)
+    run = await asyncio.to_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
+    stream = sse.run_stream(run.id, 0)
+    try:
+        assert await _next(stream) == sse.LIVE
+        assert await _next(stream) == sse.HEARTBEAT
+    finally:
+        await stream.aclose()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_fills_a_lost_push_from_the_table_and_drops_duplicates() -> None:
+    run = await asyncio.to_thread(flows.start, REFUND)
+    stored = await asyncio.to_thread(lambda: list(RunEvent.objects.filter(run=run).order_by("seq")))
+    feed = sse.RunFeed(run.id, 1)
+    last = stored[-1]
+    # Only the last push arrived: the ones between come from the table, in order.
+    frames = await feed.live({"run_id": run.id, "seq": last.seq, "event": last.type, "data": last.data})
+    assert [int(f.split("\n")[0].removeprefix("id: ")) for f in frames] == [e.seq for e in stored[1:]]
+    assert await feed.live({"run_id": run.id, "seq": 2, "event": stored[1].type, "data": stored[1].data}) == []
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_streams_from_the_table_when_the_channel_layer_is_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> None:
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(sse, "get_channel_layer", broken)
+    monkeypatch.setattr(sse, "POLL_SECONDS", 0.05)
+    run = await asyncio.to_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
+    stream = sse.run_stream(run.id, 0)
+    try:
+        assert await _next(stream) == sse.LIVE
+        driver = threading.Thread(target=runtime.drive, args=(run.id,), kwargs={"stream": False})
+        driver.start()
+        frames = [await _next(stream) for _ in range(4)]
+        await asyncio.to_thread(driver.join)
+    finally:
+        await stream.aclose()
+    events = [json.loads(f.split("data: ")[1]) for f in frames]
+    assert [e["event"] for e in events] == ["message", "tool_call", "tool_result", "approval_required"]
+
+
+@pytest.mark.parametrize("header", ["abc", "-1", "1.5", "9" * 30])
+def test_it_refuses_a_malformed_last_event_id(client: Client, alice: User, header: str) -> None:
+    run = services.run_create(agent="support", input=REFUND, enqueue=False)
+    client.force_login(alice)
+    response = client.get(f"/api/runs/{run.id}/events", headers={"Last-Event-ID": header})
+    assert response.status_code == 400
+    assert response.json()["field"] == "Last-Event-ID"
