@@ -10,6 +10,7 @@ the engine itself.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -23,6 +24,7 @@ from ninja.operation import Operation
 
 from agents import selectors, serializers, services
 from agents.models import AuditEntry, Run
+from agents.services import Attempt
 from dashboard import sse
 from dashboard.api_auth import ApiError, Forbidden, Unauthenticated, error_response, reviewers
 from dashboard.api_schemas import (
@@ -74,6 +76,7 @@ request and streams it the same way, ending with `event: end`
 (`{"run_id", "status", "driven"}`) once the run completes, fails or waits again.
 """
 
+
 class _Api(NinjaAPI):
     def get_operation_id(self, operation: Operation) -> str:
         return operation.view_func.__name__  # "approval_decide", not "dashboard_api_approval_decide"
@@ -90,14 +93,12 @@ api = _Api(
 _AUTH_ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut}
 _READ_ERRORS: dict[int, Any] = {**_AUTH_ERRORS, 400: ErrorOut, 404: ErrorOut}
 _WRITE_ERRORS: dict[int, Any] = {**_READ_ERRORS, 413: ErrorOut, 422: ErrorOut}
-_EVENT_STREAM = {
-    "responses": {
-        200: {
-            "description": "A text/event-stream of the run's events (see the API description)",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-        }
-    }
-}
+
+
+def _streams(description: str) -> dict[str, Any]:
+    """Document a 200 that is (or may be) a text/event-stream, in OpenAPI's terms."""
+    content = {"text/event-stream": {"schema": {"type": "string"}}}
+    return {"responses": {200: {"description": description, "content": content}}}
 
 
 class LeaseHeld(ApiError):
@@ -133,7 +134,7 @@ def run_list(
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
 ) -> dict[str, Any]:
     """List runs, newest first."""
-    return _page(selectors.run_list(status=status, agent=agent), serializers.run_summary, limit, offset)
+    return _page(selectors.run_list(status=status or "all", agent=agent or None), serializers.run_summary, limit, offset)
 
 
 @api.get("/runs/{run_id}", response={200: RunDetailOut, **_READ_ERRORS}, tags=["runs"])
@@ -146,7 +147,7 @@ def run_detail(request: HttpRequest, run_id: Id) -> dict[str, Any]:
     "/runs/{run_id}/resume",
     response={200: RunDetailOut, 409: LeaseHeldOut, **_WRITE_ERRORS},
     tags=["runs"],
-    openapi_extra=_EVENT_STREAM,
+    openapi_extra=_streams("The run; with `Accept: text/event-stream`, the events of its drive, then `end`"),
 )
 def run_resume(request: HttpRequest, run_id: Id, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> Any:
     """Resume a run in a worker; with `Accept: text/event-stream`, drive it here and stream it."""
@@ -163,7 +164,7 @@ def run_cancel(request: HttpRequest, run_id: Id) -> dict[str, Any]:
     return serializers.run_detail(services.run_cancel(run_id=run_id, by=request.user.get_username()))
 
 
-@api.get("/runs/{run_id}/events", response=_READ_ERRORS, tags=["events"], openapi_extra=_EVENT_STREAM)
+@api.get("/runs/{run_id}/events", response=_READ_ERRORS, tags=["events"], openapi_extra=_streams("The run's events, ids by seq"))
 async def run_events(request: HttpRequest, run_id: Id, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> HttpResponse:
     """Server-sent events of one run: replayed after `Last-Event-ID` / `after`, then live."""
     await sync_to_async(selectors.run_get)(run_id)
@@ -192,7 +193,7 @@ def approval_list(
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
 ) -> dict[str, Any]:
     """List approvals, newest first; pending ones unless `status` says otherwise."""
-    approvals = selectors.approval_list(status=status, agent=agent, tool=tool)
+    approvals = selectors.approval_list(status=status or "pending", agent=agent or None, tool=tool or None)
     return _page(approvals, serializers.approval_summary, limit, offset)
 
 
@@ -211,12 +212,7 @@ def approval_detail(request: HttpRequest, approval_id: Id) -> dict[str, Any]:
 def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> dict[str, Any]:
     """Approve or reject; the first decision wins, repeating it changes nothing."""
     attempt = attempt_from(request, source=AuditEntry.Source.API, on_behalf_of=body.decided_by or "")
-    if attempt.on_behalf_of and not request.user.has_perm(ON_BEHALF):
-        reason = f"deciding as {attempt.on_behalf_of!r} needs the 'decide on behalf' permission"
-        services.approval_refuse(
-            approval_id=approval_id, decision=body.decision, attempt=attempt, outcome=AuditEntry.Outcome.NOT_PERMITTED, reason=reason
-        )
-        raise NotPermitted(reason, field="decided_by")
+    _refuse_unless_may_speak_for(request, approval_id, body.decision, attempt)
     decision = services.approval_decide(
         approval_id=approval_id,
         decision=body.decision,
@@ -230,14 +226,24 @@ def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> di
     return {**serializers.approval_detail(decision.approval), "outcome": decision.outcome, "resume_enqueued": decision.resume_enqueued}
 
 
-@api.get("/events", response=_AUTH_ERRORS | {400: ErrorOut}, tags=["events"], openapi_extra=_EVENT_STREAM)
+@api.get("/events", response=_AUTH_ERRORS | {400: ErrorOut}, tags=["events"], openapi_extra=_streams("Approval events of every run, ids by RunEvent pk"))
 async def approval_events(request: HttpRequest, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> HttpResponse:
     """Server-sent approval events of every run; ids are RunEvent primary keys."""
     default = await sync_to_async(sse.latest_approval_event)()
     return sse.response(sse.approval_stream(sse.resume_point(request, after, default=default)))
 
 
-def _page(items: QuerySet[Any], serialize: Any, limit: int, offset: int) -> dict[str, Any]:
+def _refuse_unless_may_speak_for(request: HttpRequest, approval_id: str, decision: str, attempt: Attempt) -> None:
+    """Refuse (and audit) a decided_by naming someone else, unless the caller may relay."""
+    if attempt.on_behalf_of and not request.user.has_perm(ON_BEHALF):
+        reason = f"deciding as {attempt.on_behalf_of!r} needs the 'decide on behalf' permission"
+        services.approval_refuse(
+            approval_id=approval_id, decision=decision, attempt=attempt, outcome=AuditEntry.Outcome.NOT_PERMITTED, reason=reason
+        )
+        raise NotPermitted(reason, field="decided_by")
+
+
+def _page(items: QuerySet[Any], serialize: Callable[[Any], dict[str, Any]], limit: int, offset: int) -> dict[str, Any]:
     return {"count": items.count(), "limit": limit, "offset": offset, "items": [serialize(i) for i in items[offset : offset + limit]]}
 
 

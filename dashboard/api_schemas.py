@@ -38,9 +38,10 @@ JsonObject = Annotated[dict[str, Any], AfterValidator(_storable)]
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 # Ids and names are plain words; refusing anything else keeps odd bytes out of the queries.
 Id = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-]+$")]
-Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:-]+$")]
-ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "all"]
-RunStatus = Literal["queued", "running", "suspended", "completed", "failed", "cancelled", "all"]
+# Query filters: an empty value (a form's "any") means no filter.
+Name = Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z0-9_.:-]*$")]
+ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "all", ""]
+RunStatus = Literal["queued", "running", "suspended", "completed", "failed", "cancelled", "all", ""]
 
 
 class _Strict(Schema):

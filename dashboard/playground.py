@@ -27,7 +27,16 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agents import selectors, serializers, services
 from agents.models import Run
-from agents.policy import MODES, RISKS, AgentSpec, ConfigError, drop_in_dir, get_policy, parse
+from agents.policy import (
+    MODES,
+    RISKS,
+    AgentSpec,
+    ConfigError,
+    ToolPolicy,
+    drop_in_dir,
+    get_policy,
+    parse,
+)
 from agents.services.approvals import MAX_TEXT_CHARS
 from agents.services.runs import MAX_INPUT_CHARS
 from agents.tools import registry
@@ -35,6 +44,7 @@ from dashboard.auth import reviewer_required
 
 HISTORY_SIZE = 12
 COMPOSE = "__compose__"  # the agent choice that means "the one described below"
+COMPOSED = "playground-"  # the name prefix of composed agents
 # What the built-in demo model understands (agents.llm.demo), one click away.
 DEMO_PROMPTS = (
     "Refund order A1001 for 25.00 USD",
@@ -147,7 +157,7 @@ def agent_define(spec: dict[str, Any]) -> str:
     The file is checked like agentfast.yaml before it lands, and lands whole (a rename), so
     a process reading the folder never sees half of it.
     """
-    name = "playground-" + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    name = COMPOSED + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     folder = drop_in_dir()
     path = folder / f"{name}.yaml"
     if not path.exists():
@@ -167,15 +177,17 @@ def _invalid(form: forms.Form) -> JsonResponse:
 
 def _tools() -> list[dict[str, str]]:
     """Return every registered tool with the risk and mode agentfast.yaml gives it, as defaults."""
+    return [
+        {"name": tool.name, "description": tool.description, "risk": _rule(tool.name).risk, "mode": _rule(tool.name).hitl_mode}
+        for tool in sorted(registry, key=lambda tool: tool.name)
+    ]
+
+
+def _rule(tool_name: str) -> ToolPolicy:
     try:
-        policy = get_policy()
-    except ConfigError:
-        policy = None
-    tools = []
-    for tool in registry:
-        rule = policy.tool_policy(tool.name) if policy else None
-        tools.append({"name": tool.name, "description": tool.description, "risk": rule.risk if rule else "low", "mode": rule.hitl_mode if rule else "suspend"})
-    return sorted(tools, key=lambda tool: tool["name"])
+        return get_policy().tool_policy(tool_name)
+    except ConfigError:  # the page says what is wrong with the file
+        return ToolPolicy()
 
 
 def _agents() -> tuple[list[AgentSpec], str]:
@@ -184,5 +196,5 @@ def _agents() -> tuple[list[AgentSpec], str]:
         policy = get_policy()
     except ConfigError as exc:
         return [], str(exc)
-    configured = [agent for agent in policy.agents.values() if not agent.name.startswith("playground-")]
+    configured = [agent for agent in policy.agents.values() if not agent.name.startswith(COMPOSED)]
     return sorted(configured, key=lambda agent: agent.name), ""

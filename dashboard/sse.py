@@ -16,6 +16,7 @@ The approval feed spans runs, so its ids are RunEvent primary keys instead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -79,8 +80,9 @@ def wants_stream(request: HttpRequest) -> bool:
 class _Live:
     """Messages of one Channels group, or nothing (then streams poll the table).
 
-    A receive is never cancelled while the stream lasts: the pub/sub layer drops a channel
-    whose receive is cancelled, so a timeout waits beside the pending receive instead.
+    One receive is always pending and never cancelled while the stream lasts: the pub/sub
+    layer drops a channel whose receive is cancelled (which is also how the channel is let
+    go at the end), so a timeout waits beside the pending receive instead.
     """
 
     def __init__(self, group: str) -> None:
@@ -96,13 +98,17 @@ class _Live:
             self.channel = await layer.new_channel()
             await layer.group_add(self.group, self.channel)
             self.layer = layer
+            self._receive()
         except Exception as exc:  # noqa: BLE001 — any transport failure: fall back to polling the table
             logger.warning("SSE on %s without the channel layer (polling the table): %s", self.group, exc)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         if self._receiving is not None:
+            await asyncio.sleep(0)  # a receive cancelled before it started would not let go
             self._receiving.cancel()
+            with contextlib.suppress(BaseException):
+                await self._receiving
         if self.layer is not None:
             try:
                 await self.layer.group_discard(self.group, self.channel)
@@ -113,26 +119,26 @@ class _Live:
     def tick(self) -> float:
         return HEARTBEAT_SECONDS if self.layer is not None else POLL_SECONDS
 
+    def _receive(self) -> None:
+        self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
+
     async def next(self, timeout: float, *, until: asyncio.Future[Any] | None = None) -> dict[str, Any] | None:
         """Return the next message, or None after `timeout` or once `until` is done."""
-        waiting: set[asyncio.Future[Any]] = {until} if until is not None else set()
-        if self.layer is not None:
-            if self._receiving is None:
-                self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
-            waiting.add(self._receiving)
+        waiting = {future for future in (self._receiving, until) if future is not None}
         if not waiting:
             await asyncio.sleep(timeout)
             return None
         done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if self._receiving is None or self._receiving not in done:
+        if self._receiving not in done:
             return None
-        receiving, self._receiving = self._receiving, None
         try:
-            return receiving.result()
+            message = self._receiving.result()
         except Exception as exc:  # noqa: BLE001 — the layer broke mid-stream: poll from now on
             logger.warning("SSE on %s lost the channel layer (polling the table): %s", self.group, exc)
-            self.layer = None
+            self.layer = self._receiving = None
             return None
+        self._receive()
+        return message
 
 
 _anchors: dict[int, str] = {}  # event loop id → a channel this process never leaves
@@ -222,7 +228,7 @@ class ApprovalFeed:
         frames: list[str] = []
         while True:
             rows = await sync_to_async(_approval_events_after)(self.last)
-            frames += [self._frame(*row) for row in rows if row[0] not in self._sent]
+            frames += [self._frame(*row) for row in rows]  # all newer than any pk sent
             if len(rows) < REPLAY_BATCH:
                 return frames
 

@@ -352,6 +352,7 @@
     approval.status = status;
     var card = approval.card;
     card.classList.add("decided");
+    card.querySelector(".pg-approval-title").textContent = "Approval:";
     var badge = card.querySelector(".pg-approval-status");
     badge.textContent = status;
     badge.className = "badge pg-approval-status status-" + status;
@@ -422,6 +423,14 @@
   agent.addEventListener("change", describeAgent);
   describeAgent();
 
+  // A low-risk tool just runs: how it would wait for approval does not apply.
+  compose.querySelectorAll("select[name^=risk_]").forEach(function (risk) {
+    var mode = compose.querySelector('select[name="mode_' + risk.name.slice(5) + '"]');
+    function sync() { mode.disabled = risk.value === "low"; }
+    risk.addEventListener("change", sync);
+    sync();
+  });
+
   var model = document.getElementById("pg-model");
   model.addEventListener("change", function () {
     var openai = model.value === "openai";
@@ -432,10 +441,14 @@
   // A run named in the URL (a reload, a history link): show it, and follow or drive it.
   if (root.dataset.runId) {
     fetch("/api/runs/" + encodeURIComponent(root.dataset.runId), { credentials: "same-origin" })
-      .then(function (response) { return response.json(); })
+      .then(function (response) {
+        if (!response.ok) throw new Error("could not load the run (HTTP " + response.status + ")");
+        return response.json();
+      })
       .then(function (run) {
         showRun(run);
         if (run.status === "queued") drive(); else watch(view);
-      });
+      })
+      .catch(function (failure) { output.replaceChildren(el("p", "error", failure.message)); });
   }
 })();

@@ -19,6 +19,14 @@ pytestmark = pytest.mark.browser
 REFUND = "Refund order A1001 for 25.00 USD"
 
 
+@pytest.fixture(autouse=True)
+def agents_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Agents composed on the page land here; set before the server starts, which inherits it."""
+    folder = tmp_path / "agents.d"
+    monkeypatch.setenv("AGENTFAST_AGENTS_DIR", str(folder))
+    return folder
+
+
 def raw_log(viewer: Viewer) -> list[tuple[str, str]]:
     """Return the raw event log as (id, event) pairs."""
     rows = viewer.page.locator("#pg-raw-log li")
@@ -82,8 +90,7 @@ def test_it_shows_model_and_tool_text_as_text(viewer: Callable[..., Viewer], ali
     assert seen.errors == [] and seen.dialogs == []
 
 
-def test_it_runs_an_agent_composed_on_the_page(viewer: Callable[..., Viewer], alice: User, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTFAST_AGENTS_DIR", str(tmp_path / "agents.d"))  # before the server starts
+def test_it_runs_an_agent_composed_on_the_page(viewer: Callable[..., Viewer], alice: User, agents_dir: Path) -> None:
     seen = viewer("alice", path="/playground/")
     page = seen.page
     page.select_option("#pg-agent", label="Compose an agent…")
@@ -100,5 +107,5 @@ def test_it_runs_an_agent_composed_on_the_page(viewer: Callable[..., Viewer], al
     expect(page.locator(".pg-approval")).to_have_count(0)
     run = Run.objects.get()
     assert run.agent.startswith("playground-")
-    assert (tmp_path / "agents.d" / f"{run.agent}.yaml").exists()
+    assert (agents_dir / f"{run.agent}.yaml").exists()
     assert seen.errors == [] and seen.dialogs == []

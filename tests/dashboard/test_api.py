@@ -176,6 +176,7 @@ def test_it_lists_pending_approvals_filtered_and_paginated(api: Api, paused: Run
     assert api.get("/api/approvals", tool="refund_request", limit=1).json()["count"] == 2
     assert len(api.get("/api/approvals", limit=1, offset=1).json()["items"]) == 1
     assert api.get("/api/approvals", agent="elsewhere").json()["count"] == 0
+    assert api.get("/api/approvals", status="", agent="", tool="").json()["count"] == 2  # an empty form
     flows.decide(approval_of(other), "rejected", note="no")
     assert api.get("/api/approvals").json()["count"] == 1
     assert api.get("/api/approvals", status="all").json()["count"] == 2

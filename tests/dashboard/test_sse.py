@@ -8,6 +8,8 @@ import threading
 from collections.abc import AsyncIterator
 
 import pytest
+import redis
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
@@ -81,3 +83,21 @@ def test_it_refuses_a_malformed_last_event_id(client: Client, alice: User, heade
     response = client.get(f"/api/runs/{run.id}/events", headers={"Last-Event-ID": header})
     assert response.status_code == 400
     assert response.json()["field"] == "Last-Event-ID"
+
+
+def _subscribed() -> set[bytes]:
+    return set(redis.Redis.from_url(settings.REDIS_URL).pubsub_channels())
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_lets_go_of_its_channels_when_a_stream_ends() -> None:
+    finished = await asyncio.to_thread(flows.start, "Refund order Z9999 for 1.00 USD")
+    waiting = await asyncio.to_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
+    before = await asyncio.to_thread(_subscribed)
+    for _ in range(3):
+        assert [chunk async for chunk in sse.run_stream(finished.id, 0)]  # replayed, then closed
+    stream = sse.run_stream(waiting.id, 0)
+    assert await _next(stream) == sse.LIVE
+    await stream.aclose()  # a client that went away
+    left = await asyncio.to_thread(_subscribed) - before
+    assert all(b"sse-anchor." in channel for channel in left), left
