@@ -20,8 +20,6 @@ import argparse
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -93,44 +91,6 @@ def _django(target: setup.Target) -> Iterator[None]:
 # -- processes ---------------------------------------------------------------------------
 
 
-class Daphne:
-    """The one web process: `python -m daphne dashboard.asgi:application` on a free port."""
-
-    def __init__(self) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = setup.VAR_DIR / "daphne.log"
-        self.log = self.log_path.open("wb")
-        env = {**os.environ, "PYTHONPATH": str(setup.ROOT), "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
-            cwd=setup.ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                if httpx.get(f"{self.url}/api/openapi.json", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.05)
-        raise setup.BenchError(f"daphne did not start:\n{self.log_path.read_text(errors='replace')[-3000:]}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
-        self.log.close()
-
-
 # -- the passes --------------------------------------------------------------------------
 
 
@@ -142,12 +102,10 @@ def _run(args: argparse.Namespace, target: setup.Target) -> dict[str, Any]:
     measure.check_flow()
     services.user_create(username="bench-reviewer", role="reviewer")
     token = services.token_create(username="bench-reviewer")[1]
-    daphne = Daphne()
-    workers = [setup.Worker(setup.VAR_DIR / f"worker{n}.log") for n in (1, 2)]
+    for n in (1, 2):
+        setup.start_worker(setup.VAR_DIR / f"worker{n}.log")
+    daphne = setup.start_daphne(setup.VAR_DIR / "daphne.log")
     try:
-        daphne.wait_ready()
-        for worker in workers:
-            worker.wait_ready()
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=daphne.url, headers=headers, timeout=30) as client:
             warmup = min(10, args.runs)
@@ -159,8 +117,7 @@ def _run(args: argparse.Namespace, target: setup.Target) -> dict[str, Any]:
         sustained = decisions_per_second(daphne.url, headers, args.decisions, args.clients)
     finally:
         daphne.stop()
-        for worker in workers:
-            worker.stop()
+        setup.stop_workers()
     effects = measure.effects_check()  # every approval of the whole bench ran exactly once
     return {
         "meta": _meta(target, args, time.perf_counter() - started),

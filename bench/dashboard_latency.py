@@ -28,12 +28,9 @@ import argparse
 import math
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
         redis = setup.start_redis()
         _django(target)
-        server = _start_daphne()
+        # The server keeps Django's async guard that this process had to lift.
+        server = setup.start_daphne(VAR_DIR / "dashboard-daphne.log", DJANGO_ALLOWED_HOSTS="127.0.0.1", DJANGO_ALLOW_ASYNC_UNSAFE="")
         samples = _measure(args, server.url)
     except setup.BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
@@ -138,46 +136,7 @@ def _django(target: setup.Target) -> None:
     call_command("migrate", verbosity=0, interactive=False)
     services.user_create(username=REVIEWER, role="reviewer", password=PASSWORD)
     _progress("starting a Celery worker")
-    setup.Worker(VAR_DIR / "dashboard-worker.log").wait_ready()
-
-
-# -- daphne ------------------------------------------------------------------------------
-
-
-@dataclass
-class Daphne:
-    process: subprocess.Popen[bytes]
-    url: str
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
-
-
-def _start_daphne() -> Daphne:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(setup.ROOT), "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE")  # the server keeps Django's guard
-    log = (VAR_DIR / "dashboard-daphne.log").open("wb")
-    args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"]
-    process = subprocess.Popen(args, cwd=setup.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    server = Daphne(process, f"http://127.0.0.1:{port}")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            with urllib.request.urlopen(f"{server.url}/healthz", timeout=1):
-                return server
-        except OSError:
-            time.sleep(0.05)
-    server.stop()
-    raise setup.BenchError(f"daphne did not start; see {VAR_DIR / 'dashboard-daphne.log'}")
+    setup.start_worker(VAR_DIR / "dashboard-worker.log")
 
 
 # -- the measurement ---------------------------------------------------------------------

@@ -31,6 +31,7 @@ from agents.runtime import drive
 from bench import setup, storage
 from bench.instrument import EffectClock, PhaseStats, Recorder, recording
 from bench.setup import AGENT, PROMPT, BenchError
+from tests.support.processes import Worker
 
 ATTEMPT = services.Attempt(actor="bench-reviewer", source=AuditEntry.Source.API)
 CALL_ID = "call_1_1"  # the demo model's id for the first call of its first turn
@@ -258,9 +259,8 @@ class ThroughCelery:
 
 def through_celery(runs: int, warmup: int, poll_interval: float = 0.0005) -> ThroughCelery:
     result = ThroughCelery(poll_interval_ms=ms(poll_interval))
-    worker = setup.Worker(setup.VAR_DIR / "worker.log")
+    worker = setup.start_worker(setup.VAR_DIR / "worker.log")
     try:
-        worker.wait_ready()
         with connection.cursor() as cursor:
             for index in range(warmup + runs):
                 run_id = paused_run()
@@ -284,7 +284,7 @@ def through_celery(runs: int, warmup: int, poll_interval: float = 0.0005) -> Thr
     return result
 
 
-def _poll(cursor, sql: str, key: str, interval: float, worker: setup.Worker, timeout: float = 30) -> int:  # noqa: ANN001
+def _poll(cursor, sql: str, key: str, interval: float, worker: Worker, timeout: float = 30) -> int:  # noqa: ANN001
     deadline = time.perf_counter() + timeout
     polls = 0
     while True:
@@ -292,19 +292,19 @@ def _poll(cursor, sql: str, key: str, interval: float, worker: setup.Worker, tim
         cursor.execute(sql, [key])
         if cursor.fetchone() is not None:
             return polls
-        if time.perf_counter() > deadline or worker.process.poll() is not None:
+        if time.perf_counter() > deadline or not worker.alive:
             raise BenchError(f"no SideEffect for {key} after {timeout}s; see {worker.log_path}")
         time.sleep(interval)
 
 
-def _wait_completed(cursor, run_id: str, worker: setup.Worker, timeout: float = 30) -> None:  # noqa: ANN001
+def _wait_completed(cursor, run_id: str, worker: Worker, timeout: float = 30) -> None:  # noqa: ANN001
     deadline = time.perf_counter() + timeout
     while True:
         cursor.execute("SELECT status FROM agents_run WHERE id = %s", [run_id])
         status = cursor.fetchone()[0]
         if status == Run.Status.COMPLETED:
             return
-        if status in Run.TERMINAL or time.perf_counter() > deadline or worker.process.poll() is not None:
+        if status in Run.TERMINAL or time.perf_counter() > deadline or not worker.alive:
             raise BenchError(f"{run_id} is {status} after the worker resumed it; see {worker.log_path}")
         time.sleep(0.001)
 

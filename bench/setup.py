@@ -6,15 +6,13 @@ Nothing here imports Django (prepare() runs before django.setup()).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from agents import embedded_redis
+from tests.support.processes import Daphne, Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR_DIR = ROOT / "var" / "bench"
@@ -153,48 +151,28 @@ def stop_redis(process: subprocess.Popen[bytes] | None) -> None:
 _workers: list[Worker] = []
 
 
-class Worker:
-    """A real `celery -A dashboard worker --pool=solo` process on the bench DB and Redis."""
+def start_worker(log_path: Path) -> Worker:
+    """Start a real `celery worker --pool=solo` on the bench DB and Redis; remember it."""
+    # prepare() already put the bench's settings, database and config in os.environ.
+    worker = Worker(log=log_path, env=dict(os.environ))
+    _workers.append(worker)
+    try:
+        worker.wait_ready(timeout=60)
+    except RuntimeError as exc:
+        raise BenchError(str(exc)) from None
+    return worker
 
-    def __init__(self, log_path: Path) -> None:
-        self.log_path = log_path
-        self.log = log_path.open("wb")
-        env = dict(os.environ)  # prepare() already set the bench's settings, DB and config
-        env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-        args = [
-            sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--pool=solo",
-            "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ]
-        self.process = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        _workers.append(self)
 
-    def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if b" ready." in self.log_path.read_bytes():
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise BenchError(f"the worker did not start:\n{self.log_path.read_text(errors='replace')[-3000:]}")
-
-    def stop(self) -> None:
-        """SIGTERM the worker's process group, SIGKILL it if it lingers."""
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
-            except ProcessLookupError:
-                pass
-        self.log.close()
-        if self in _workers:
-            _workers.remove(self)
+def start_daphne(log_path: Path, **env: str) -> Daphne:
+    """Start the one web process on the bench DB and Redis, on a free port."""
+    server = Daphne(log=log_path, env={**os.environ, **env})
+    server.start()
+    try:
+        server.wait_ready()
+    except RuntimeError as exc:
+        server.stop()
+        raise BenchError(str(exc)) from None
+    return server
 
 
 def stop_workers() -> None:

@@ -1,12 +1,10 @@
-"""Shared fixtures: a real Redis, named users, real Celery worker processes."""
+"""Shared fixtures: a real Redis, named users, real Celery worker processes (with beat)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,8 +14,7 @@ from django.conf import settings
 from django.db import connection
 
 from agents import embedded_redis, services
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.processes import ROOT, Worker
 
 # The `fake_openai` fixture: a real local OpenAI-compatible server in place of a model.
 pytest_plugins = ["tests.support.fake_openai"]
@@ -106,52 +103,13 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-class Worker:
-    """A real `celery worker` process (with its beat sweeper), killable with SIGKILL."""
-
-    def __init__(self, log: Path, env: dict[str, str]) -> None:
-        self.log_path = log
-        self.log = log.open("ab")
-        args = [
-            sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--pool=solo", "--beat",
-            "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "--schedule", str(log.with_suffix(".beat")),
-        ]
-        self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if b" ready." in self.log_path.read_bytes():
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"worker did not start:\n{self.log_path.read_text()[-3000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL the whole worker, as a crash or an OOM kill would."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.close()
-
-
 @pytest.fixture
 def start_worker(transactional_db, tmp_path: Path) -> Iterator[Callable[..., Worker]]:  # noqa: ANN001
     """Start real worker processes against the test database; all are stopped afterwards."""
     workers: list[Worker] = []
 
     def start(**env: str) -> Worker:
-        worker = Worker(tmp_path / f"worker{len(workers)}.log", child_env(**env))
+        worker = Worker(log=tmp_path / f"worker{len(workers)}.log", env=child_env(**env), beat=True)
         workers.append(worker)
         worker.wait_ready()
         return worker

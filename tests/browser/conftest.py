@@ -3,8 +3,9 @@
 - `live_server`: a real `daphne` process serving dashboard.asgi on a free port, against the
   test database and the test run's Redis (tests.conftest.child_env), so HTTP, websockets
   and the channel layer are the production ones. Needs `transactional_db` (it requests it):
-  the server process only sees committed rows. `.url`, `.stop()`, `.start()` (a restart on
-  the same port, to drop every websocket).
+  the server process only sees committed rows. A tests.support.processes.Daphne: `.url`,
+  `.kill()` then `.start()` and `.wait_ready()` (a restart on the same port, to drop every
+  websocket).
 - `browser`: one headless Chromium (/usr/bin/chromium, driven by Playwright) per module.
   Without Chromium the tests skip locally and fail when CI is set.
 - `viewer`: `viewer("alice")` opens a new browser context (its own cookies), signs in
@@ -21,12 +22,6 @@ worker: request `start_worker` (tests/conftest.py) and call it.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, child_env
+from tests.conftest import child_env
+from tests.support.processes import ROOT, Daphne
 
 CHROMIUM = Path(os.environ.get("AGENTFAST_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -42,45 +38,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run",
 ]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class LiveServer:
-    """A daphne process on a fixed port; restartable, so a test can drop every websocket."""
-
-    def __init__(self, log: Path, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path, self.env = log, env
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 20) -> None:
-        args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"]
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                break
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"daphne did not start:\n{self.log_path.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        """Kill the server at once, as a crash or a deploy would: open sockets drop (1006)."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-        self.process = None
 
 
 @pytest.fixture(autouse=True)
@@ -92,12 +49,13 @@ def _live_server_helper() -> None:
 
 
 @pytest.fixture
-def live_server(transactional_db: None, tmp_path: Path) -> Iterator[LiveServer]:
+def live_server(transactional_db: None, tmp_path: Path) -> Iterator[Daphne]:
     env = child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost", AGENTFAST_LOG_LEVEL="WARNING")
-    server = LiveServer(tmp_path / "daphne.log", env)
+    server = Daphne(log=tmp_path / "daphne.log", env=env)
     server.start()
+    server.wait_ready(timeout=20)
     yield server
-    server.stop()
+    server.kill()
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +99,7 @@ def screenshot(page: Any, name: str) -> Path:
 
 
 @pytest.fixture
-def viewer(browser: Any, live_server: LiveServer) -> Iterator[Callable[..., Viewer]]:
+def viewer(browser: Any, live_server: Daphne) -> Iterator[Callable[..., Viewer]]:
     contexts: list[Any] = []
 
     def open_as(username: str, *, path: str = "/", viewport: dict[str, int] | None = None) -> Viewer:

@@ -147,11 +147,12 @@ def test_it_reconnects_after_the_server_drops_and_shows_what_it_missed(start_wor
     # Retry fast: the default backoff (full jitter, up to 64 s) is for real outages.
     page.evaluate("htmx.config.wsReconnectDelay = () => 200")
 
-    live_server.stop()
+    live_server.kill()  # a crash or a deploy: every websocket drops (1006)
     page.wait_for_selector(".live[data-state=closed]")
     run_id = cli_start(REFUND)  # its card is pushed while nobody listens
     wait_for(lambda: Approval.objects.filter(run_id=run_id).exists(), what="the run to pause")
     live_server.start()
+    live_server.wait_ready()
 
     page.wait_for_selector(CARD)
     wait_live(page)

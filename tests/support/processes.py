@@ -1,0 +1,113 @@
+"""The project's real server processes, for tests and benchmarks: a Celery worker, daphne.
+
+Each runs in its own process group, so `kill()` takes it down whole (SIGKILL, as a crash
+or an OOM kill would) and `stop()` asks politely first. The caller passes the environment
+(which database, which Redis) and a log file; `wait_ready()` fails with the log's tail.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """A long-running child process of the project; subclasses say how to tell it is ready."""
+
+    name = "process"
+
+    def __init__(self, args: list[str], *, log: Path, env: dict[str, str]) -> None:
+        self.args, self.log_path, self.env = args, log, {**env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.args, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def is_ready(self) -> bool:
+        raise NotImplementedError
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.alive:
+            if self.is_ready():
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name} did not start:\n{self.log_path.read_text(errors='replace')[-3000:]}")
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once."""
+        if self.alive:
+            assert self.process is not None
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self, timeout: float = 15) -> None:
+        """SIGTERM the process group; SIGKILL it if it lingers."""
+        if not self.alive:
+            return
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class Worker(ServerProcess):
+    """`celery worker --pool=solo`, optionally with the beat sweeper embedded."""
+
+    name = "celery worker"
+
+    def __init__(self, *, log: Path, env: dict[str, str], beat: bool = False) -> None:
+        args = [
+            sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--pool=solo", "--loglevel=INFO",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+        ]
+        if beat:
+            args += ["--beat", "--schedule", str(log.with_suffix(".beat"))]
+        super().__init__(args, log=log, env=env)
+        self.start()
+
+    def is_ready(self) -> bool:
+        return b" ready." in self.log_path.read_bytes()
+
+
+class Daphne(ServerProcess):
+    """`daphne dashboard.asgi:application` on a free port, restartable on the same port."""
+
+    name = "daphne"
+
+    def __init__(self, *, log: Path, env: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"]
+        super().__init__(args, log=log, env=env)
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
