@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-postgres bench install clean
+.PHONY: run test test-postgres bench bench-web install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,9 +25,14 @@ test: $(STAMP)
 test-postgres: $(STAMP)
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## Print pause/resume latencies and storage per paused run.
+## Print the engine's pause/resume latencies and storage per paused run.
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+## Print the HTTP API's and the dashboard's latencies (needs Chromium for the latter).
+bench-web: $(STAMP)
+	$(BIN)/python -m bench.api_latency
+	$(BIN)/python -m bench.dashboard_latency
 
 clean:
 	rm -rf $(VENV) var

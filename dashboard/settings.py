@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "ninja",  # serves /api/docs' Swagger UI from its own static files, not a CDN
     "agents",
     "dashboard",
 ]

@@ -233,23 +233,13 @@ def _detail(approval: Approval) -> dict[str, Any]:
 
 
 def _audit(approval: Approval, attempt: Attempt, *, action: str, outcome: str, detail: dict[str, Any]) -> None:
-    AuditEntry.objects.create(
-        approval_id=approval.pk,
-        run_id=approval.run_id,
-        tool=approval.tool,
-        action=action,
-        actor=attempt.actor,
-        on_behalf_of=attempt.on_behalf_of,
-        source=attempt.source,
-        origin=attempt.origin,
-        outcome=outcome,
-        detail=detail,
-    )
+    _audit_refusal(approval.pk, attempt, action, outcome, detail, approval=approval)
 
 
 def _audit_refusal(
     approval_id: str, attempt: Attempt, decision: str, outcome: str, detail: dict[str, Any], approval: Approval | None = None
 ) -> None:
+    """Append an audit row; the approval may be unknown (a refused attempt on a bad id)."""
     AuditEntry.objects.create(
         approval_id=approval_id,
         run_id=approval.run_id if approval else "",
