@@ -115,13 +115,15 @@ def _approvals_parser(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--limit", type=int, default=100)
     show = _command(actions, "show", _approvals_show, "show one approval", json_flag=True)
     show.add_argument("id")
-    approve = _command(actions, "approve", _approvals_approve, "approve a call (optionally with edited arguments)", json_flag=True)
+    approve = _command(
+        actions, "approve", _approvals_approve, "approve a call (optionally with edited arguments)", json_flag=True
+    )
     approve.add_argument("id")
     approve.add_argument("--by", required=True, help="who decides")
     approve.add_argument("--note", default="")
     approve.add_argument("--args", dest="arguments", help="edited arguments, a JSON object")
     approve.add_argument("--payload", help="a JSON object for a tool that asked a question")
-    approve.add_argument("--answer", help='shorthand for --payload \'{"answer": TEXT}\'')
+    approve.add_argument("--answer", help="shorthand for --payload '{\"answer\": TEXT}'")
     approve.add_argument("--no-resume", action="store_true", help="leave the resume to the caller")
     reject = _command(actions, "reject", _approvals_reject, "reject a call; the model reads the note", json_flag=True)
     reject.add_argument("id")
@@ -168,7 +170,9 @@ def _approvals_list(args: argparse.Namespace) -> None:
     if not rows:
         print(f"No {'' if args.status == 'all' else args.status + ' '}approvals.")
         return None
-    table = [[r["id"], r["tool"], _compact(r["arguments"], 48), r["mode"], r["status"], _ago(r["created_at"])] for r in rows]
+    table = [
+        [r["id"], r["tool"], _compact(r["arguments"], 48), r["mode"], r["status"], _ago(r["created_at"])] for r in rows
+    ]
     _print_table(["ID", "TOOL", "ARGUMENTS", "MODE", "STATUS", "WAITING"], table)
     return None
 
@@ -179,7 +183,19 @@ def _approvals_show(args: argparse.Namespace) -> None:
     detail = serializers.approval_detail(selectors.approval_get(args.id))
     if args.json:
         return _print_json(detail)
-    for key in ("id", "run_id", "agent", "tool", "mode", "status", "created_at", "decided_by", "decided_at", "note", "feedback"):
+    for key in (
+        "id",
+        "run_id",
+        "agent",
+        "tool",
+        "mode",
+        "status",
+        "created_at",
+        "decided_by",
+        "decided_at",
+        "note",
+        "feedback",
+    ):
         if detail[key] not in (None, ""):
             print(f"{key + ':':12} {detail[key]}")
     print("arguments:\n" + _indent(json.dumps(detail["arguments"], indent=2, ensure_ascii=False)))
@@ -206,11 +222,21 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
 
     attempt = services.Attempt(actor=args.by, source="cli", origin=f"{getpass.getuser()}@{socket.gethostname()}")
     result = services.approval_decide(
-        approval_id=args.id, decision=decision, attempt=attempt, note=args.note,
-        auto_resume=False if args.no_resume else None, **fields,
+        approval_id=args.id,
+        decision=decision,
+        attempt=attempt,
+        note=args.note,
+        auto_resume=False if args.no_resume else None,
+        **fields,
     )
     if args.json:
-        return _print_json({**serializers.approval_detail(result.approval), "outcome": result.outcome, "resume_enqueued": result.resume_enqueued})
+        return _print_json(
+            {
+                **serializers.approval_detail(result.approval),
+                "outcome": result.outcome,
+                "resume_enqueued": result.resume_enqueued,
+            }
+        )
     approval = result.approval
     if result.outcome == "idempotent":
         print(f"{approval.id} was already {approval.status} by {approval.decided_by}; nothing changed.")
@@ -219,7 +245,10 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
     if result.resume_enqueued or approval.mode == "defer":
         reachable, url = queue.broker_reachable()
         if not reachable:
-            print(f"warning: the broker is unreachable ({url}); the decision is saved and the sweeper will act on it once the broker is back.", file=sys.stderr)
+            print(
+                f"warning: the broker is unreachable ({url}); the decision is saved and the sweeper will act on it once the broker is back.",
+                file=sys.stderr,
+            )
         else:
             print("The run resumes in a worker." if result.resume_enqueued else "The deferred call runs in a worker.")
     elif approval.mode == "suspend" and not args.no_resume:
@@ -236,8 +265,11 @@ def _runs_start(args: argparse.Namespace) -> None:
     if not args.inline:
         _require_broker()
     run = services.run_create(
-        agent=args.agent, input=args.prompt, created_by=args.by or getpass.getuser(),
-        auto_resume=not args.no_auto_resume, enqueue=not args.inline,
+        agent=args.agent,
+        input=args.prompt,
+        created_by=args.by or getpass.getuser(),
+        auto_resume=not args.no_auto_resume,
+        enqueue=not args.inline,
     )
     if args.inline:
         runtime.drive(run.id)
@@ -256,7 +288,9 @@ def _require_broker() -> None:
 
     reachable, url = queue.broker_reachable()
     if not reachable:
-        raise CliError(f"cannot reach the broker at {url}: start it with `make run`, or pass --inline to drive the run in this process")
+        raise CliError(
+            f"cannot reach the broker at {url}: start it with `make run`, or pass --inline to drive the run in this process"
+        )
 
 
 def _wait(run_id: str, timeout: float) -> None:
@@ -265,7 +299,9 @@ def _wait(run_id: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while Run.objects.filter(pk=run_id).values_list("status", flat=True).get() not in WAIT_STATUSES:
         if time.monotonic() > deadline:
-            raise CliError(f"{run_id} did not pause or finish within {timeout:g}s; is a worker running? (see `agentfast runs show {run_id}`)")
+            raise CliError(
+                f"{run_id} did not pause or finish within {timeout:g}s; is a worker running? (see `agentfast runs show {run_id}`)"
+            )
         time.sleep(0.05)
 
 
@@ -287,9 +323,12 @@ def _runs_list(args: argparse.Namespace) -> None:
     if args.json:
         return _print_json(rows)
     if not rows:
-        print("No runs. Start one with: agentfast runs start --agent support \"Refund order A1001 for 25.00 USD\"")
+        print('No runs. Start one with: agentfast runs start --agent support "Refund order A1001 for 25.00 USD"')
         return None
-    _print_table(["ID", "AGENT", "STATUS", "STARTED", "INPUT"], [[r["id"], r["agent"], r["status"], _ago(r["created_at"]), _cut(r["input"], 50)] for r in rows])
+    _print_table(
+        ["ID", "AGENT", "STATUS", "STARTED", "INPUT"],
+        [[r["id"], r["agent"], r["status"], _ago(r["created_at"]), _cut(r["input"], 50)] for r in rows],
+    )
     return None
 
 
@@ -311,11 +350,26 @@ def _runs_show(args: argparse.Namespace) -> None:
         print(f"  {message['seq']:>3} {message['role']:<9} {_cut(text, 110)}")
     if detail["tool_calls"]:
         print("\ntool calls:")
-        rows = [[c["call_id"], c["name"], c["status"] + (" (IN DOUBT)" if c["in_doubt"] else ""), _compact(c["executed_arguments"] or c["arguments"], 50)] for c in detail["tool_calls"]]
+        rows = [
+            [
+                c["call_id"],
+                c["name"],
+                c["status"] + (" (IN DOUBT)" if c["in_doubt"] else ""),
+                _compact(c["executed_arguments"] or c["arguments"], 50),
+            ]
+            for c in detail["tool_calls"]
+        ]
         _print_table(["CALL", "TOOL", "STATUS", "ARGUMENTS"], rows, indent="  ")
     if detail["approvals"]:
         print("\napprovals:")
-        _print_table(["ID", "MODE", "STATUS", "BY", "NOTE"], [[a["id"], a["mode"], a["status"], a["decided_by"] or "", _cut(a["note"], 40)] for a in detail["approvals"]], indent="  ")
+        _print_table(
+            ["ID", "MODE", "STATUS", "BY", "NOTE"],
+            [
+                [a["id"], a["mode"], a["status"], a["decided_by"] or "", _cut(a["note"], 40)]
+                for a in detail["approvals"]
+            ],
+            indent="  ",
+        )
     return None
 
 
@@ -358,7 +412,10 @@ def _effects_list(args: argparse.Namespace) -> None:
     if not rows:
         print("No side effects yet.")
         return None
-    _print_table(["TOOL", "IDEMPOTENCY KEY", "ARGUMENTS", "AT"], [[r["tool"], r["idempotency_key"], _compact(r["arguments"], 60), r["created_at"]] for r in rows])
+    _print_table(
+        ["TOOL", "IDEMPOTENCY KEY", "ARGUMENTS", "AT"],
+        [[r["tool"], r["idempotency_key"], _compact(r["arguments"], 60), r["created_at"]] for r in rows],
+    )
     return None
 
 
@@ -425,11 +482,17 @@ def _dev_login(path: Path) -> tuple[str, str]:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    os.execvp(sys.executable, [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port), "dashboard.asgi:application"])
+    os.execvp(
+        sys.executable,
+        [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port), "dashboard.asgi:application"],
+    )
 
 
 def _worker(args: argparse.Namespace) -> None:
-    os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--loglevel=INFO", *args.celery_args])
+    os.execvp(
+        sys.executable,
+        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--loglevel=INFO", *args.celery_args],
+    )
 
 
 # -- output helpers ----------------------------------------------------------------------

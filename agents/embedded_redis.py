@@ -59,15 +59,24 @@ def start(sock: Path, *, workdir: Path, daemonize: bool = True) -> subprocess.Po
         sock.unlink()  # a stale socket from a killed server
     args = [
         server_binary(),
-        "--port", "0",
-        "--unixsocket", str(sock),
-        "--unixsocketperm", "700",
-        "--save", "",
-        "--appendonly", "no",
-        "--dir", str(workdir),
-        "--daemonize", "yes" if daemonize else "no",
-        "--pidfile", str(workdir / "redis.pid"),
-        "--logfile", str(workdir / "redis.log"),
+        "--port",
+        "0",
+        "--unixsocket",
+        str(sock),
+        "--unixsocketperm",
+        "700",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+        "--daemonize",
+        "yes" if daemonize else "no",
+        "--pidfile",
+        str(workdir / "redis.pid"),
+        "--logfile",
+        str(workdir / "redis.log"),
     ]
     process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 10

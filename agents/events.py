@@ -94,14 +94,6 @@ def _send(groups: list[str], message: dict[str, Any]) -> None:
     _publisher.send(groups, message)
 
 
-def flush(timeout: float = 5.0) -> None:
-    """Return once every event handed to the channel layer so far has been sent.
-
-    Sends are synchronous (a PUBLISH each), so there is nothing to wait for; tests and
-    tools call this to say that they rely on it.
-    """
-
-
 class _Publisher:
     """Send events to the channel layer from the caller's thread, cheaply.
 
@@ -139,7 +131,11 @@ class _Publisher:
         except Exception as exc:  # noqa: BLE001 — any transport failure is non-fatal here
             self._down_until = time.monotonic() + self._PAUSE_AFTER_FAILURE
             if not self._warned:
-                logger.warning("could not push %s events to the channel layer (viewers will replay them): %s", message["event"], exc)
+                logger.warning(
+                    "could not push %s events to the channel layer (viewers will replay them): %s",
+                    message["event"],
+                    exc,
+                )
             self._warned = True
         else:
             self._warned = False
@@ -147,7 +143,9 @@ class _Publisher:
     def _redis(self) -> redis.Redis:
         # One connection per process, made again after a fork (Celery's prefork children).
         if self._client is None or self._pid != os.getpid():
-            self._client = redis.Redis.from_url(_layer_config()["hosts"][0]["address"], socket_connect_timeout=1, socket_timeout=2)
+            self._client = redis.Redis.from_url(
+                _layer_config()["hosts"][0]["address"], socket_connect_timeout=1, socket_timeout=2
+            )
             self._pid = os.getpid()
         return self._client
 

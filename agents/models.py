@@ -234,7 +234,6 @@ class SideEffect(models.Model):
         return f"{self.tool} {self.idempotency_key}"
 
 
-
 class ApiToken(models.Model):
     """A bearer token for the HTTP API; only a hash is stored, the secret is shown once."""
 

@@ -142,8 +142,7 @@ def parse(raw: Any, path: Path) -> Policy:
         for name, spec in _mapping(raw.get("tool_overrides"), path, "tool_overrides").items()
     }
     agents = {
-        str(name): _agent(str(name), spec, path)
-        for name, spec in _mapping(raw.get("agents"), path, "agents").items()
+        str(name): _agent(str(name), spec, path) for name, spec in _mapping(raw.get("agents"), path, "agents").items()
     }
     _check_tools_exist(agents, overrides, path)
     return Policy(path=path, agents=agents, tool_overrides=overrides)
@@ -159,7 +158,9 @@ def _tool_policy(spec: Any, path: Path, key: str) -> ToolPolicy:
     timeout = spec.get("timeout_seconds")
     _expect(
         timeout is None or (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0),
-        path, f"{key}.timeout_seconds", "must be a positive number of seconds",
+        path,
+        f"{key}.timeout_seconds",
+        "must be a positive number of seconds",
     )
     return ToolPolicy(risk=risk, hitl_mode=mode, timeout_seconds=timeout)
 
@@ -171,17 +172,23 @@ def _agent(name: str, spec: Any, path: Path) -> AgentSpec:
     model = spec.get("model", "demo")
     _expect(
         isinstance(model, str) and (model == "demo" or (model.startswith("openai:") and len(model) > 7)),
-        path, f"{key}.model", f"must be 'demo' or 'openai:<model name>', not {model!r}",
+        path,
+        f"{key}.model",
+        f"must be 'demo' or 'openai:<model name>', not {model!r}",
     )
     tools = spec.get("tools", [])
     _expect(
         isinstance(tools, list) and all(isinstance(t, str) for t in tools),
-        path, f"{key}.tools", "must be a list of tool names",
+        path,
+        f"{key}.tools",
+        "must be a list of tool names",
     )
     max_steps = spec.get("max_steps", 10)
     _expect(
         isinstance(max_steps, int) and not isinstance(max_steps, bool) and 1 <= max_steps <= 1000,
-        path, f"{key}.max_steps", "must be a whole number from 1 to 1000",
+        path,
+        f"{key}.max_steps",
+        "must be a whole number from 1 to 1000",
     )
     for text_key in ("system_prompt", "base_url", "description"):
         value = spec.get(text_key)
@@ -208,14 +215,17 @@ def _check_tools_exist(agents: dict[str, AgentSpec], overrides: dict[str, ToolPo
         for index, tool_name in enumerate(agent.tools):
             _expect(
                 tool_name in registry,
-                path, f"agents.{agent.name}.tools[{index}]",
+                path,
+                f"agents.{agent.name}.tools[{index}]",
                 f"unknown tool {tool_name!r} (registered: {', '.join(registry.names())})",
             )
     keys = [f"tool_overrides.{tool}" for tool in overrides]
     keys += [f"agents.{agent.name}.tool_overrides.{tool}" for agent in agents.values() for tool in agent.tool_overrides]
     for key in keys:
         tool_name = key.rsplit(".", 1)[1]
-        _expect(tool_name in registry, path, key, f"unknown tool {tool_name!r} (registered: {', '.join(registry.names())})")
+        _expect(
+            tool_name in registry, path, key, f"unknown tool {tool_name!r} (registered: {', '.join(registry.names())})"
+        )
 
 
 def _mapping(value: Any, path: Path, key: str) -> dict[Any, Any]:

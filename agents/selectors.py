@@ -8,7 +8,9 @@ from agents.models import Approval, Run, SideEffect
 from agents.services.errors import NotFound
 
 
-def approval_list(*, status: str | None = "pending", agent: str | None = None, tool: str | None = None) -> QuerySet[Approval]:
+def approval_list(
+    *, status: str | None = "pending", agent: str | None = None, tool: str | None = None
+) -> QuerySet[Approval]:
     approvals = Approval.objects.select_related("run", "tool_call").order_by("-created_at")
     if status and status != "all":
         approvals = approvals.filter(status=status)

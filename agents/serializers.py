@@ -67,19 +67,38 @@ def run_detail(run: Run) -> dict[str, Any]:
         "output": run.output,
         "error": run.error,
         "messages": [
-            {"seq": m.seq, "role": m.role, "content": m.content, "tool_calls": m.tool_calls, "tool_call_id": m.tool_call_id or None}
+            {
+                "seq": m.seq,
+                "role": m.role,
+                "content": m.content,
+                "tool_calls": m.tool_calls,
+                "tool_call_id": m.tool_call_id or None,
+            }
             for m in run.messages.order_by("seq")
         ],
         "tool_calls": [tool_call(c) for c in run.tool_calls.order_by("step", "id")],
         "approvals": [
-            {"id": a.id, "tool": a.tool, "mode": a.mode, "status": a.status, "decided_by": a.decided_by or None, "note": a.note}
+            {
+                "id": a.id,
+                "tool": a.tool,
+                "mode": a.mode,
+                "status": a.status,
+                "decided_by": a.decided_by or None,
+                "note": a.note,
+            }
             for a in run.approvals.order_by("created_at")
         ],
     }
 
 
 def run_summary(run: Run) -> dict[str, Any]:
-    return {"id": run.id, "agent": run.agent, "status": run.status, "input": run.input, "created_at": _time(run.created_at)}
+    return {
+        "id": run.id,
+        "agent": run.agent,
+        "status": run.status,
+        "input": run.input,
+        "created_at": _time(run.created_at),
+    }
 
 
 def side_effect(effect: SideEffect) -> dict[str, Any]:

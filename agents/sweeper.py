@@ -41,7 +41,9 @@ def sweep() -> SweepReport:
         queue.drive_on_commit(run_id)
         report.runs.append(run_id)
     for call in ToolCall.objects.filter(
-        hitl_mode=Approval.Mode.DEFER, result__isnull=True, executed_at__isnull=True,
+        hitl_mode=Approval.Mode.DEFER,
+        result__isnull=True,
+        executed_at__isnull=True,
         approval__status__in=[Approval.Status.APPROVED, Approval.Status.REJECTED, Approval.Status.EXPIRED],
         approval__decided_at__lt=grace,
     ).values_list("pk", flat=True):

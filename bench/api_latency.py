@@ -144,7 +144,10 @@ def decide_to_effect(client: httpx.Client, runs: int, warmup: int) -> dict[str, 
             t0 = time.perf_counter()
             response = client.post(f"/api/approvals/{approval_id}/decide", json={"decision": "approved"})
             t1 = time.perf_counter()
-            _expect(response.status_code == 200 and response.json()["resume_enqueued"], f"decide {approval_id}: {response.text}")
+            _expect(
+                response.status_code == 200 and response.json()["resume_enqueued"],
+                f"decide {approval_id}: {response.text}",
+            )
             _poll(cursor, "SELECT 1 FROM agents_sideeffect WHERE idempotency_key = %s", approval_id)
             t2 = time.perf_counter()
             _poll(cursor, "SELECT 1 FROM agents_run WHERE id = %s AND status = 'completed'", run_id)

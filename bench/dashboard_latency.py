@@ -40,8 +40,14 @@ from bench import setup
 VAR_DIR = setup.ROOT / "var" / "bench-dashboard"
 CHROMIUM = Path(os.environ.get("AGENTFAST_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 REVIEWER, PASSWORD = "bench-reviewer", "bench-reviewer-password"
 CALL_ID = "call_1_1"  # the demo model's first call: the bench agent's send_email
@@ -106,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         redis = setup.start_redis()
         _django(target)
         # The server keeps Django's async guard that this process had to lift.
-        server = setup.start_daphne(VAR_DIR / "dashboard-daphne.log", DJANGO_ALLOWED_HOSTS="127.0.0.1", DJANGO_ALLOW_ASYNC_UNSAFE="")
+        server = setup.start_daphne(
+            VAR_DIR / "dashboard-daphne.log", DJANGO_ALLOWED_HOSTS="127.0.0.1", DJANGO_ALLOW_ASYNC_UNSAFE=""
+        )
         samples = _measure(args, server.url)
     except setup.BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
@@ -223,12 +231,14 @@ def _report(samples: Samples, target: setup.Target, args: argparse.Namespace) ->
         f"{target.engine} ({target.label}), Celery worker --pool=solo, daphne, headless Chromium; "
         f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}"
     )
-    return "\n".join([
-        title,
-        f"{'ms':<34}{'p50':>9}{'p95':>9}{'min':>9}{'max':>9}{'mean':>9}",
-        _line("pause committed → card in page", samples.pause_to_card),
-        _line("click Approve → side effect", samples.click_to_effect),
-    ])
+    return "\n".join(
+        [
+            title,
+            f"{'ms':<34}{'p50':>9}{'p95':>9}{'min':>9}{'max':>9}{'mean':>9}",
+            _line("pause committed → card in page", samples.pause_to_card),
+            _line("click Approve → side effect", samples.click_to_effect),
+        ]
+    )
 
 
 if __name__ == "__main__":

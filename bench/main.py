@@ -122,7 +122,16 @@ def _run(args: argparse.Namespace, target: setup.Target, started: float) -> tupl
     meta["seconds"] = time.perf_counter() - started
     meta["cpus"] = os.cpu_count()
     meta["loadavg_1m"] = os.getloadavg()[0]
-    data = report.build(meta=meta, local=local, whatif=whatif, floor=floor, counted=counted, stored=stored, celery=celery, effects=effects)
+    data = report.build(
+        meta=meta,
+        local=local,
+        whatif=whatif,
+        floor=floor,
+        counted=counted,
+        stored=stored,
+        celery=celery,
+        effects=effects,
+    )
     return data, profile_text
 
 

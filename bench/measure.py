@@ -203,7 +203,7 @@ def instrumented(runs: int) -> Counted:
                 decide(run_id, auto_resume=False)
             with recorder.in_phase("resume"):
                 resume(run_id)
-            sample = {phase: [t.describe() for t in recorder.stats(phase).txns[marks[phase]:]] for phase in PHASES}
+            sample = {phase: [t.describe() for t in recorder.stats(phase).txns[marks[phase] :]] for phase in PHASES}
     return Counted(runs=runs, phases={p: recorder.stats(p) for p in PHASES}, sample=sample)
 
 
@@ -268,7 +268,13 @@ def through_celery(runs: int, warmup: int, poll_interval: float = 0.0005) -> Thr
                 t0 = time.perf_counter()
                 approval_id = decide(run_id, auto_resume=None)  # the run's auto_resume: on
                 t1 = time.perf_counter()
-                polls = _poll(cursor, "SELECT 1 FROM agents_sideeffect WHERE idempotency_key = %s", approval_id, poll_interval, worker)
+                polls = _poll(
+                    cursor,
+                    "SELECT 1 FROM agents_sideeffect WHERE idempotency_key = %s",
+                    approval_id,
+                    poll_interval,
+                    worker,
+                )
                 t2 = time.perf_counter()
                 _wait_completed(cursor, run_id, worker)
                 if index < warmup:

@@ -57,8 +57,14 @@ def build(
             "enqueue_ms": stats.enqueue_seconds * 1000 / n,
             "wall_ms": stats.wall_seconds * 1000 / n,
             "rest_ms": (
-                stats.wall_seconds - stats.db_seconds - stats.commit_seconds - stats.push_seconds - stats.enqueue_seconds
-            ) * 1000 / n,
+                stats.wall_seconds
+                - stats.db_seconds
+                - stats.commit_seconds
+                - stats.push_seconds
+                - stats.enqueue_seconds
+            )
+            * 1000
+            / n,
             "sample_txns": counted.sample.get(phase, []),
         }
     rows = sum(stored.rows.values())
@@ -148,7 +154,8 @@ def render(data: dict[str, Any]) -> str:
         add("   the target is judged on the polled figure, the end-to-end one seen by a client.)")
     add("")
     bytes_how = (
-        "sum(pg_column_size(t.*))" if meta["engine"] == "postgresql"
+        "sum(pg_column_size(t.*))"
+        if meta["engine"] == "postgresql"
         else "SQLite record size: header + encoded values, from typeof()/length() of each column"
     )
     add(f"PER PAUSED RUN (mean of {st['paused_runs']} paused runs; bytes = {bytes_how})")
@@ -164,18 +171,24 @@ def render(data: dict[str, Any]) -> str:
     )
     growth = st["growth_per_run"]
     if "total_relation_bytes" in growth:
-        add(f"  growth incl. indexes & TOAST: ≈ {growth['total_relation_bytes']:.0f} B/run "
-            f"(pg_total_relation_size of agents_* tables, 8 KB pages, over {st['paused_runs']} runs)")
+        add(
+            f"  growth incl. indexes & TOAST: ≈ {growth['total_relation_bytes']:.0f} B/run "
+            f"(pg_total_relation_size of agents_* tables, 8 KB pages, over {st['paused_runs']} runs)"
+        )
     if "payload_bytes" in growth:
-        add(f"  growth incl. indexes: {growth['payload_bytes']:.0f} B/run of cell payload, "
-            f"≈ {growth['page_bytes']:.0f} B/run of pages (dbstat of agents_* tables and indexes)")
+        add(
+            f"  growth incl. indexes: {growth['payload_bytes']:.0f} B/run of cell payload, "
+            f"≈ {growth['page_bytes']:.0f} B/run of pages (dbstat of agents_* tables and indexes)"
+        )
     if st["unattributed_tables"]:
         add(f"  (tables with no per-run column, not counted: {', '.join(st['unattributed_tables'])})")
     add("")
     n = tx["instrumented_runs"]
     add(f"QUERIES & TRANSACTIONS PER PHASE (mean of {n} runs under an execute_wrapper; wall includes its overhead)")
-    add(f"  {'phase':<8}{'SELECT':>7}{'INSERT':>7}{'UPDATE':>7}{'DELETE':>7}{'other':>6}"
-        f"{'txns':>6}{'write':>6}{'db ms':>8}{'commit':>7}{'push ms':>9}{'pushes':>7}{'rest ms':>8}{'wall ms':>9}")
+    add(
+        f"  {'phase':<8}{'SELECT':>7}{'INSERT':>7}{'UPDATE':>7}{'DELETE':>7}{'other':>6}"
+        f"{'txns':>6}{'write':>6}{'db ms':>8}{'commit':>7}{'push ms':>9}{'pushes':>7}{'rest ms':>8}{'wall ms':>9}"
+    )
     for phase, p in tx["phases"].items():
         s = p["statements"]
         add(
@@ -202,18 +215,35 @@ def render(data: dict[str, Any]) -> str:
     add(f"{'TARGETS':<48}{'target':>14}{'measured':>14}")
     t, v = data["targets"], data["verdicts"]
     rows = [
-        ("round_trip_p50_ms", "pause + resume round trip in process, p50", f"≤ {t['round_trip_p50_ms']:g} ms (PG)",
-         f"{lat['round_trip']['p50_ms']:.2f} ms"),
-        ("write_txns_per_pause", "write transactions per pause (pause step)", f"{t['write_txns_per_pause']}",
-         f"{tx['write_txns_pause_step']:g}"),
+        (
+            "round_trip_p50_ms",
+            "pause + resume round trip in process, p50",
+            f"≤ {t['round_trip_p50_ms']:g} ms (PG)",
+            f"{lat['round_trip']['p50_ms']:.2f} ms",
+        ),
+        (
+            "write_txns_per_pause",
+            "write transactions per pause (pause step)",
+            f"{t['write_txns_per_pause']}",
+            f"{tx['write_txns_pause_step']:g}",
+        ),
         ("rows_per_paused_run", "rows per paused run", f"≤ {t['rows_per_paused_run']}", f"{st['rows_total']:g}"),
-        ("bytes_per_paused_run", "bytes per paused run (rows)", f"≤ {t['bytes_per_paused_run'] / 1024:g} KB",
-         f"{st['bytes_total'] / 1024:.2f} KB"),
+        (
+            "bytes_per_paused_run",
+            "bytes per paused run (rows)",
+            f"≤ {t['bytes_per_paused_run'] / 1024:g} KB",
+            f"{st['bytes_total'] / 1024:.2f} KB",
+        ),
     ]
     if "celery_decision_to_effect_p95_ms" in v:
-        rows.append(("celery_decision_to_effect_p95_ms", "decision → side effect via Celery, p95 (polled)",
-                     f"≤ {t['celery_decision_to_effect_p95_ms']:g} ms",
-                     f"{lat['celery_decision_to_effect_polled']['p95_ms']:.2f} ms"))
+        rows.append(
+            (
+                "celery_decision_to_effect_p95_ms",
+                "decision → side effect via Celery, p95 (polled)",
+                f"≤ {t['celery_decision_to_effect_p95_ms']:g} ms",
+                f"{lat['celery_decision_to_effect_polled']['p95_ms']:.2f} ms",
+            )
+        )
     for key, label, target, measured in rows:
         add(f"{label:<48}{target:>14}{measured:>14}   {'ok' if v[key] else 'MISSED'}")
     if meta["engine"] != "postgresql":

@@ -52,7 +52,10 @@ def _where(table: str, columns: list[str], run_id: str) -> tuple[str, list[str]]
         return "run_id = %s", [run_id]
     if table == "agents_sideeffect":
         # The demo tools' idempotency key: the approval id, or run_id:call_id without one.
-        return "(idempotency_key LIKE %s OR idempotency_key LIKE %s)", [ids.approval_id(run_id, "") + "%", f"{run_id}:%"]
+        return "(idempotency_key LIKE %s OR idempotency_key LIKE %s)", [
+            ids.approval_id(run_id, "") + "%",
+            f"{run_id}:%",
+        ]
     return None
 
 
@@ -70,7 +73,9 @@ def run_usage(run_id: str) -> tuple[dict[str, TableUsage], list[str]]:
         quoted = connection.ops.quote_name(table)
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
-                cursor.execute(f"SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0) FROM {quoted} t WHERE {condition}", params)
+                cursor.execute(
+                    f"SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0) FROM {quoted} t WHERE {condition}", params
+                )
                 rows, size = cursor.fetchone()
             else:
                 rows, size = _sqlite_record_bytes(cursor, quoted, columns, condition, params)
@@ -78,20 +83,24 @@ def run_usage(run_id: str) -> tuple[dict[str, TableUsage], list[str]]:
     return usage, unattributed
 
 
-def _sqlite_record_bytes(cursor, quoted: str, columns: list[tuple[str, bool]], condition: str, params: list[str]) -> tuple[int, int]:  # noqa: ANN001
+def _sqlite_record_bytes(
+    cursor, quoted: str, columns: list[tuple[str, bool]], condition: str, params: list[str]
+) -> tuple[int, int]:  # noqa: ANN001
     # Expressions have no declared type, so the sqlite3 module converts nothing: for an
     # integer the value (its size depends on it), else the length in bytes.
     select = []
     for name, _ in columns:
         col = connection.ops.quote_name(name)
-        select.append(f"typeof({col}), CASE typeof({col}) WHEN 'integer' THEN {col} ELSE length(CAST({col} AS BLOB)) END")
+        select.append(
+            f"typeof({col}), CASE typeof({col}) WHEN 'integer' THEN {col} ELSE length(CAST({col} AS BLOB)) END"
+        )
     cursor.execute(f"SELECT {', '.join(select)} FROM {quoted} WHERE {condition}", params)
     total = rows = 0
     for row in cursor.fetchall():
         rows += 1
         serial_types = []
         body = 0
-        for (name, is_rowid), kind, value in zip(columns, row[0::2], row[1::2], strict=True):
+        for (_name, is_rowid), kind, value in zip(columns, row[0::2], row[1::2], strict=True):
             if is_rowid or kind == "null":
                 serial, size = 0, 0
             elif kind == "integer":

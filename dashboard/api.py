@@ -134,7 +134,9 @@ def run_list(
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
 ) -> dict[str, Any]:
     """List runs, newest first."""
-    return _page(selectors.run_list(status=status or "all", agent=agent or None), serializers.run_summary, limit, offset)
+    return _page(
+        selectors.run_list(status=status or "all", agent=agent or None), serializers.run_summary, limit, offset
+    )
 
 
 @api.get("/runs/{run_id}", response={200: RunDetailOut, **_READ_ERRORS}, tags=["runs"])
@@ -164,8 +166,15 @@ def run_cancel(request: HttpRequest, run_id: Id) -> dict[str, Any]:
     return serializers.run_detail(services.run_cancel(run_id=run_id, by=request.user.get_username()))
 
 
-@api.get("/runs/{run_id}/events", response=_READ_ERRORS, tags=["events"], openapi_extra=_streams("The run's events, ids by seq"))
-async def run_events(request: HttpRequest, run_id: Id, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> HttpResponse:
+@api.get(
+    "/runs/{run_id}/events",
+    response=_READ_ERRORS,
+    tags=["events"],
+    openapi_extra=_streams("The run's events, ids by seq"),
+)
+async def run_events(
+    request: HttpRequest, run_id: Id, after: int | None = Query(None, ge=0, le=MAX_OFFSET)
+) -> HttpResponse:
     """Server-sent events of one run: replayed after `Last-Event-ID` / `after`, then live."""
     await sync_to_async(selectors.run_get)(run_id)
     return sse.response(sse.run_stream(run_id, sse.resume_point(request, after, default=0)))
@@ -223,10 +232,19 @@ def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> di
         payload=body.payload,
         auto_resume=body.auto_resume,
     )
-    return {**serializers.approval_detail(decision.approval), "outcome": decision.outcome, "resume_enqueued": decision.resume_enqueued}
+    return {
+        **serializers.approval_detail(decision.approval),
+        "outcome": decision.outcome,
+        "resume_enqueued": decision.resume_enqueued,
+    }
 
 
-@api.get("/events", response=_AUTH_ERRORS | {400: ErrorOut}, tags=["events"], openapi_extra=_streams("Approval events of every run, ids by RunEvent pk"))
+@api.get(
+    "/events",
+    response=_AUTH_ERRORS | {400: ErrorOut},
+    tags=["events"],
+    openapi_extra=_streams("Approval events of every run, ids by RunEvent pk"),
+)
 async def approval_events(request: HttpRequest, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> HttpResponse:
     """Server-sent approval events of every run; ids are RunEvent primary keys."""
     default = await sync_to_async(sse.latest_approval_event)()
@@ -238,13 +256,22 @@ def _refuse_unless_may_speak_for(request: HttpRequest, approval_id: str, decisio
     if attempt.on_behalf_of and not request.user.has_perm(ON_BEHALF):
         reason = f"deciding as {attempt.on_behalf_of!r} needs the 'decide on behalf' permission"
         services.approval_refuse(
-            approval_id=approval_id, decision=decision, attempt=attempt, outcome=AuditEntry.Outcome.NOT_PERMITTED, reason=reason
+            approval_id=approval_id,
+            decision=decision,
+            attempt=attempt,
+            outcome=AuditEntry.Outcome.NOT_PERMITTED,
+            reason=reason,
         )
         raise NotPermitted(reason, field="decided_by")
 
 
 def _page(items: QuerySet[Any], serialize: Callable[[Any], dict[str, Any]], limit: int, offset: int) -> dict[str, Any]:
-    return {"count": items.count(), "limit": limit, "offset": offset, "items": [serialize(i) for i in items[offset : offset + limit]]}
+    return {
+        "count": items.count(),
+        "limit": limit,
+        "offset": offset,
+        "items": [serialize(i) for i in items[offset : offset + limit]],
+    }
 
 
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
@@ -290,7 +317,9 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 
 @api.exception_handler(AuthenticationError)
 def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return error_response(Unauthenticated("sign in, or send Authorization: Bearer <token> (agentfast tokens create USER)"))
+    return error_response(
+        Unauthenticated("sign in, or send Authorization: Bearer <token> (agentfast tokens create USER)")
+    )
 
 
 @api.exception_handler(HttpError)
@@ -318,7 +347,9 @@ def _missing(request: HttpRequest, exc: Http404) -> HttpResponse:
 @api.exception_handler(Exception)
 def _crash(request: HttpRequest, exc: Exception) -> HttpResponse:
     logger.exception("API error on %s %s", request.method, request.path)
-    return JsonResponse({"error_code": "internal_error", "message": "internal error; the server log has the details"}, status=500)
+    return JsonResponse(
+        {"error_code": "internal_error", "message": "internal error; the server log has the details"}, status=500
+    )
 
 
 def _first_problem(errors: list[dict[str, Any]]) -> tuple[str, str]:
@@ -342,4 +373,6 @@ def _audit_unread_decision(request: HttpRequest, outcome: str, reason: str) -> N
         return
     attempt = attempt_from(request, source=AuditEntry.Source.API)
     approval_id = match.kwargs["approval_id"][:200]  # an over-long id is one of the refusals
-    services.approval_refuse(approval_id=approval_id, decision="unread", attempt=attempt, outcome=outcome, reason=reason)
+    services.approval_refuse(
+        approval_id=approval_id, decision="unread", attempt=attempt, outcome=outcome, reason=reason
+    )

@@ -61,12 +61,16 @@ class DecideIn(_Strict):
     decision: Literal["approved", "rejected"]
     note: _text(max_length=MAX_TEXT_CHARS, description="Why; the model reads it on a rejection") = ""
     feedback: _text(max_length=MAX_TEXT_CHARS, description="Rejections only: a user message to revise with") = ""
-    arguments: JsonObject | None = Field(None, description="Approvals only: edited arguments, checked against the tool's schema")
+    arguments: JsonObject | None = Field(
+        None, description="Approvals only: edited arguments, checked against the tool's schema"
+    )
     payload: JsonObject | None = Field(None, description="The answer to a tool that asked for a decision itself")
     decided_by: _text(min_length=1, max_length=150) | None = Field(
         None, description="Defaults to you; another name needs the 'decide on behalf' permission"
     )
-    auto_resume: bool | None = Field(None, description="false: leave the resume to the caller (default: the run's setting)")
+    auto_resume: bool | None = Field(
+        None, description="false: leave the resume to the caller (default: the run's setting)"
+    )
 
 
 # -- responses ---------------------------------------------------------------------------

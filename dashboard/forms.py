@@ -39,7 +39,7 @@ class DecisionForm(forms.Form):
         except ValueError as exc:
             raise forms.ValidationError(f"This is not valid JSON: {exc}") from None
         if not isinstance(value, dict):
-            raise forms.ValidationError("The arguments must be a JSON object, like {\"order_id\": \"A1001\"}.")
+            raise forms.ValidationError('The arguments must be a JSON object, like {"order_id": "A1001"}.')
         return value
 
     def edited_arguments(self) -> dict[str, Any] | None:

@@ -103,7 +103,8 @@ class AgentForm(forms.Form):
             "system_prompt": data["system_prompt"],
             "tools": tools,
             "tool_overrides": {
-                name: {"risk": data[f"risk_{name}"] or "low", "hitl_mode": data[f"mode_{name}"] or "suspend"} for name in tools
+                name: {"risk": data[f"risk_{name}"] or "low", "hitl_mode": data[f"mode_{name}"] or "suspend"}
+                for name in tools
             },
         }
 
@@ -165,7 +166,9 @@ def agent_define(spec: dict[str, Any]) -> str:
         parse(document, path)  # ConfigError here is our bug, not the user's: let it surface
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / f".{name}.{os.getpid()}.partial"
-        partial.write_text("# Composed in the playground; named after a hash of its settings.\n" + yaml.safe_dump(document))
+        partial.write_text(
+            "# Composed in the playground; named after a hash of its settings.\n" + yaml.safe_dump(document)
+        )
         os.replace(partial, path)
     return name
 
@@ -178,7 +181,12 @@ def _invalid(form: forms.Form) -> JsonResponse:
 def _tools() -> list[dict[str, str]]:
     """Return every registered tool with the risk and mode agentfast.yaml gives it, as defaults."""
     return [
-        {"name": tool.name, "description": tool.description, "risk": _rule(tool.name).risk, "mode": _rule(tool.name).hitl_mode}
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "risk": _rule(tool.name).risk,
+            "mode": _rule(tool.name).hitl_mode,
+        }
         for tool in sorted(registry, key=lambda tool: tool.name)
     ]
 

@@ -97,12 +97,14 @@ def _arguments_table(schema: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for name, spec in schema.get("properties", {}).items():
         types = [spec["type"]] if "type" in spec else [option.get("type", "any") for option in spec.get("anyOf", [])]
-        rows.append({
-            "name": name,
-            "type": " or ".join(types) or "any",
-            "required": name in required,
-            "description": spec.get("description", ""),
-        })
+        rows.append(
+            {
+                "name": name,
+                "type": " or ".join(types) or "any",
+                "required": name in required,
+                "description": spec.get("description", ""),
+            }
+        )
     return rows
 
 
@@ -139,13 +141,17 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
         return render(request, "dashboard/_decision.html", context, status=status)
     if status == 200:
         return redirect("approval", approval_id=approval.id)
-    return render(request, "dashboard/approval.html", _approval_context(approval, form, conflict=status == 409), status=status)
+    return render(
+        request, "dashboard/approval.html", _approval_context(approval, form, conflict=status == 409), status=status
+    )
 
 
 def _refuse(request: HttpRequest, approval_id: str, outcome: str, reason: str) -> None:
     decision = str(request.POST.get("decision", ""))
     attempt = attempt_from(request, source=AuditEntry.Source.WEB)
-    services.approval_refuse(approval_id=approval_id, decision=decision, attempt=attempt, outcome=outcome, reason=reason)
+    services.approval_refuse(
+        approval_id=approval_id, decision=decision, attempt=attempt, outcome=outcome, reason=reason
+    )
 
 
 def _errors_text(form: DecisionForm) -> str:
@@ -213,8 +219,19 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
 # -- audit -------------------------------------------------------------------------------
 
 AUDIT_CSV_COLUMNS = (
-    "created_at", "actor", "on_behalf_of", "action", "tool", "approval_id", "run_id",
-    "source", "origin", "outcome", "note", "arguments_diff", "detail",
+    "created_at",
+    "actor",
+    "on_behalf_of",
+    "action",
+    "tool",
+    "approval_id",
+    "run_id",
+    "source",
+    "origin",
+    "outcome",
+    "note",
+    "arguments_diff",
+    "detail",
 )
 
 
@@ -254,8 +271,17 @@ def _csv_lines(entries: QuerySet[AuditEntry]) -> Iterator[str]:
     for entry in entries.iterator(chunk_size=500):
         detail = entry.detail or {}
         row = [
-            entry.created_at.isoformat(), entry.actor, entry.on_behalf_of, entry.action, entry.tool,
-            entry.approval_id, entry.run_id, entry.source, entry.origin, entry.outcome, detail.get("note", ""),
+            entry.created_at.isoformat(),
+            entry.actor,
+            entry.on_behalf_of,
+            entry.action,
+            entry.tool,
+            entry.approval_id,
+            entry.run_id,
+            entry.source,
+            entry.origin,
+            entry.outcome,
+            detail.get("note", ""),
             json.dumps(detail.get("arguments_diff", {}), ensure_ascii=False),
             json.dumps(detail, ensure_ascii=False, default=str),
         ]

@@ -20,3 +20,6 @@ from dashboard.settings import *  # noqa: E402,F403
 
 AGENTFAST_TOOL_MODULES = ["tests.support.tools"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
+# Threads of the test process (the lease keeper, SSE drives) close their connections after
+# each use, so none is left open on the test database when it is dropped.
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405

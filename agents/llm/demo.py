@@ -67,7 +67,9 @@ class _Conversation:
         for index in range(len(self.messages) - 1, -1, -1):
             message = self.messages[index]
             if message["role"] == "assistant" and message.get("tool_calls"):
-                outputs = {m["tool_call_id"]: _loads(m["content"]) for m in self.messages[index + 1:] if m["role"] == "tool"}
+                outputs = {
+                    m["tool_call_id"]: _loads(m["content"]) for m in self.messages[index + 1 :] if m["role"] == "tool"
+                }
                 return [(call, outputs.get(call["id"], {})) for call in message["tool_calls"]]
         return []
 
@@ -107,7 +109,7 @@ def _start(convo: _Conversation) -> AssistantTurn:
     if match := _ASK.search(convo.task):
         question = match.group(1).strip().rstrip(".?")
         if question.lower().startswith("whether to "):
-            question = "Should we " + question[len("whether to "):]
+            question = "Should we " + question[len("whether to ") :]
         return AssistantTurn(tool_calls=[convo.call(1, "ask_human", {"question": question + "?"})])
     return AssistantTurn(content=CAPABILITIES)
 

@@ -48,7 +48,9 @@ def owner_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-def drive(run_id: str, *, owner: str | None = None, on_delta: DeltaSink | None = None, stream: bool = True) -> DriveResult:
+def drive(
+    run_id: str, *, owner: str | None = None, on_delta: DeltaSink | None = None, stream: bool = True
+) -> DriveResult:
     """Take the run's lease and drive it until it finishes or suspends.
 
     A second concurrent caller finds the lease taken and returns at once with driven=False.
@@ -207,14 +209,28 @@ class _Driver:
         planned: list[PlannedCall] = []
         wire: list[dict[str, Any]] = []
         for index, proposed in enumerate(turn.tool_calls, start=1):
-            call_id = proposed.id if ids.is_safe_call_id(proposed.id) and proposed.id not in taken else f"call_{seq}_{index}"
+            call_id = (
+                proposed.id if ids.is_safe_call_id(proposed.id) and proposed.id not in taken else f"call_{seq}_{index}"
+            )
             taken.add(call_id)
-            wire.append({"id": call_id, "type": "function", "function": {"name": proposed.name, "arguments": proposed.arguments}})
+            wire.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": proposed.name, "arguments": proposed.arguments},
+                }
+            )
             planned.append(self._plan(call_id, proposed))
         nothing_runs_now = all(call.status != ToolCall.Status.PROPOSED for call in planned)
         suspend = nothing_runs_now and any(call.hitl_mode == Approval.Mode.SUSPEND for call in planned)
         services.step_open(
-            run_id=self.run.id, owner=self.owner, seq=seq, content=turn.content, tool_calls=wire, calls=planned, suspend=suspend
+            run_id=self.run.id,
+            owner=self.owner,
+            seq=seq,
+            content=turn.content,
+            tool_calls=wire,
+            calls=planned,
+            suspend=suspend,
         )
         self.steps += 1
         return suspend
@@ -231,15 +247,25 @@ class _Driver:
         if tool is None:
             available = ", ".join(self.tools) or "none"
             output = outputs.error("UNKNOWN_TOOL", f"there is no tool named {proposed.name!r}; available: {available}")
-            return PlannedCall(call_id=call_id, name=proposed.name[:100], arguments=_as_object(arguments), status=failed, output=output)
+            return PlannedCall(
+                call_id=call_id, name=proposed.name[:100], arguments=_as_object(arguments), status=failed, output=output
+            )
         try:
             # Checks before asking: a call that cannot succeed never reaches a person.
             tool.check_arguments(tool.validate(arguments))
         except InvalidArguments as exc:
             output = outputs.error("INVALID_ARGUMENTS", exc.message)
-            return PlannedCall(call_id=call_id, name=tool.name, arguments=_as_object(arguments), status=failed, output=output)
+            return PlannedCall(
+                call_id=call_id, name=tool.name, arguments=_as_object(arguments), status=failed, output=output
+            )
         except ToolError as exc:
-            return PlannedCall(call_id=call_id, name=tool.name, arguments=arguments, status=failed, output=outputs.error(exc.code, exc.message))
+            return PlannedCall(
+                call_id=call_id,
+                name=tool.name,
+                arguments=arguments,
+                status=failed,
+                output=outputs.error(exc.code, exc.message),
+            )
         policy = get_policy().tool_policy(tool.name, agent=self.agent)
         if not policy.gated:
             return PlannedCall(call_id=call_id, name=tool.name, arguments=arguments, status=ToolCall.Status.PROPOSED)
@@ -316,7 +342,9 @@ class _Driver:
             status, output = execution.invoke(tool, execution.context(call, approval), arguments)
         except FeedbackRequired as exc:
             if approval is None:
-                services.toolcall_ask(owner=self.owner, tool_call=call, claimed_at=claimed_at, request=exc.payload, expires_at=None)
+                services.toolcall_ask(
+                    owner=self.owner, tool_call=call, claimed_at=claimed_at, request=exc.payload, expires_at=None
+                )
                 return True
             status = ToolCall.Status.FAILED
             output = outputs.error("TOOL_ERROR", f"{call.name} asked for a decision again after one was given")
@@ -327,11 +355,21 @@ class _Driver:
         services.toolcall_mark_in_doubt(tool_call=call)
         self._finish(call, ToolCall.Status.IN_DOUBT, outputs.in_doubt(call.name), call.executed_arguments)
 
-    def _finish(self, call: ToolCall, status: str, output: dict[str, Any], executed: dict[str, Any] | None = None) -> None:
+    def _finish(
+        self, call: ToolCall, status: str, output: dict[str, Any], executed: dict[str, Any] | None = None
+    ) -> None:
         seq = self._next_seq()
-        services.toolcall_finish(owner=self.owner, tool_call=call, seq=seq, status=status, output=output, executed_arguments=executed)
+        services.toolcall_finish(
+            owner=self.owner, tool_call=call, seq=seq, status=status, output=output, executed_arguments=executed
+        )
         self.messages.append(
-            Message(run_id=self.run.id, seq=seq, role=Message.Role.TOOL, content=json.dumps(output), tool_call_id=call.call_id)
+            Message(
+                run_id=self.run.id,
+                seq=seq,
+                role=Message.Role.TOOL,
+                content=json.dumps(output),
+                tool_call_id=call.call_id,
+            )
         )
 
     def _append_feedback(self, step: int) -> None:
@@ -342,22 +380,39 @@ class _Driver:
             if approval and approval.feedback and call.call_id not in given:
                 seq = self._next_seq()
                 services.message_append(
-                    owner=self.owner, run_id=self.run.id, seq=seq, role=Message.Role.USER,
-                    content=approval.feedback, tool_call_id=call.call_id,
+                    owner=self.owner,
+                    run_id=self.run.id,
+                    seq=seq,
+                    role=Message.Role.USER,
+                    content=approval.feedback,
+                    tool_call_id=call.call_id,
                 )
-                self.messages.append(Message(run_id=self.run.id, seq=seq, role=Message.Role.USER, content=approval.feedback, tool_call_id=call.call_id))
+                self.messages.append(
+                    Message(
+                        run_id=self.run.id,
+                        seq=seq,
+                        role=Message.Role.USER,
+                        content=approval.feedback,
+                        tool_call_id=call.call_id,
+                    )
+                )
 
     def _report_deferred(self) -> None:
         """Tell the model, once, the outcome of deferred calls decided since it last spoke."""
         reports = [
-            c for c in self.calls
+            c
+            for c in self.calls
             if c.hitl_mode == Approval.Mode.DEFER and c.result is not None and c.reported_at is None
         ]
         if not reports:
             return
-        content = "\n".join(f"Update on a deferred call: {c.name} ({c.call_id}) → {json.dumps(c.result)}" for c in reports)
+        content = "\n".join(
+            f"Update on a deferred call: {c.name} ({c.call_id}) → {json.dumps(c.result)}" for c in reports
+        )
         seq = self._next_seq()
-        services.message_append(owner=self.owner, run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content=content, reports=reports)
+        services.message_append(
+            owner=self.owner, run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content=content, reports=reports
+        )
         self.messages.append(Message(run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content=content))
 
 

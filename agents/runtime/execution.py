@@ -61,7 +61,9 @@ def execute_deferred(tool_call_pk: int) -> str:
         return "still pending"
     if approval.status in (Approval.Status.REJECTED, Approval.Status.EXPIRED):
         make = outputs.rejected if approval.status == Approval.Status.REJECTED else outputs.expired
-        services.toolcall_record_result(tool_call=call, status=ToolCall.Status.REJECTED, output=make(call.name, approval.note))
+        services.toolcall_record_result(
+            tool_call=call, status=ToolCall.Status.REJECTED, output=make(call.name, approval.note)
+        )
         return approval.status
     tool = registry.get(call.name)
     if tool is None:
@@ -80,4 +82,6 @@ def _invoke_deferred(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) ->
     try:
         return invoke(tool, ctx, arguments)
     except FeedbackRequired:  # asked again after approval: the decision was the answer
-        return ToolCall.Status.FAILED, outputs.error("TOOL_ERROR", f"{tool.name} asked for a decision again after one was given")
+        return ToolCall.Status.FAILED, outputs.error(
+            "TOOL_ERROR", f"{tool.name} asked for a decision again after one was given"
+        )

@@ -112,7 +112,9 @@ def _announce_and_unblock(approval: Approval, data: dict[str, Any], auto_resume:
     wanted = bool(run_auto_resume) if auto_resume is None else auto_resume
     if not wanted or run_status != Run.Status.SUSPENDED:
         return False
-    if Approval.objects.filter(run_id=approval.run_id, mode=Approval.Mode.SUSPEND, status=Approval.Status.PENDING).exists():
+    if Approval.objects.filter(
+        run_id=approval.run_id, mode=Approval.Mode.SUSPEND, status=Approval.Status.PENDING
+    ).exists():
         return False  # the step's other approvals still wait
     queue.drive_on_commit(approval.run_id)
     return True
@@ -158,14 +160,20 @@ def _validated_or_audit(
             validated = tool.validate(arguments)
             tool.check_arguments(validated)
         except InvalidArguments as exc:
-            raise InvalidInput(f"arguments: {exc.message}", field=f"arguments.{exc.field}" if exc.field else "arguments") from None
+            raise InvalidInput(
+                f"arguments: {exc.message}", field=f"arguments.{exc.field}" if exc.field else "arguments"
+            ) from None
         except ToolError as exc:
             raise InvalidInput(f"arguments: {exc.message}", field="arguments") from None
         return validated
     except InvalidInput as exc:
         _audit_refusal(
-            approval.pk, attempt, decision, AuditEntry.Outcome.INVALID_ARGUMENTS,
-            {"error": exc.message, "arguments": arguments}, approval=approval,
+            approval.pk,
+            attempt,
+            decision,
+            AuditEntry.Outcome.INVALID_ARGUMENTS,
+            {"error": exc.message, "arguments": arguments},
+            approval=approval,
         )
         raise
 
@@ -177,7 +185,9 @@ def _refuse_or_repeat(
     if approval.status == decision and (arguments is None or arguments == approval.arguments):
         _audit(approval, attempt, action=decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail={"note": note})
         return Decision(approval=approval, outcome=AuditEntry.Outcome.IDEMPOTENT)
-    outcome = AuditEntry.Outcome.EXPIRED if approval.status == Approval.Status.EXPIRED else AuditEntry.Outcome.ALREADY_DECIDED
+    outcome = (
+        AuditEntry.Outcome.EXPIRED if approval.status == Approval.Status.EXPIRED else AuditEntry.Outcome.ALREADY_DECIDED
+    )
     _audit(approval, attempt, action=decision, outcome=outcome, detail={"note": note, "existing": approval.status})
     when = f" at {approval.decided_at:%Y-%m-%d %H:%M:%S} UTC" if approval.decided_at else ""
     message = f"approval {approval.id} was already {approval.status} by {approval.decided_by or 'the system'}{when}"
@@ -205,7 +215,13 @@ def approval_expire(*, approval: Approval, actor: str, reason: str, resume: bool
         )
         attempt = Attempt(actor=actor, source=AuditEntry.Source.SYSTEM)
         _audit(approval, attempt, action="expired", outcome=AuditEntry.Outcome.DECIDED, detail={"note": reason})
-        data = {"approval_id": approval.id, "tool": approval.tool, "decision": "expired", "decided_by": actor, "note": reason}
+        data = {
+            "approval_id": approval.id,
+            "tool": approval.tool,
+            "decision": "expired",
+            "decided_by": actor,
+            "note": reason,
+        }
         _announce_and_unblock(approval, data, None if resume else False)
     return True
 
@@ -237,7 +253,12 @@ def _audit(approval: Approval, attempt: Attempt, *, action: str, outcome: str, d
 
 
 def _audit_refusal(
-    approval_id: str, attempt: Attempt, decision: str, outcome: str, detail: dict[str, Any], approval: Approval | None = None
+    approval_id: str,
+    attempt: Attempt,
+    decision: str,
+    outcome: str,
+    detail: dict[str, Any],
+    approval: Approval | None = None,
 ) -> None:
     """Append an audit row; the approval may be unknown (a refused attempt on a bad id)."""
     AuditEntry.objects.create(

@@ -37,9 +37,7 @@ def lease_expiry(ttl: float | None = None) -> datetime:
     return timezone.now() + timedelta(seconds=ttl if ttl is not None else settings.AGENTFAST_LEASE_SECONDS)
 
 
-def run_create(
-    *, agent: str, input: str, created_by: str = "", auto_resume: bool = True, enqueue: bool = True
-) -> Run:
+def run_create(*, agent: str, input: str, created_by: str = "", auto_resume: bool = True, enqueue: bool = True) -> Run:
     """Create a queued run with its user message and, unless told not to, enqueue it."""
     try:
         get_policy().agent(agent)
@@ -73,8 +71,16 @@ def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | Non
           AND (status IN (%s, %s) OR (status = %s AND NOT EXISTS ({_PENDING_SUSPEND})))
         RETURNING agent, steps, input, auto_resume"""
     params = [
-        Run.Status.RUNNING, owner, lease_expiry(ttl), now, run_id, now,
-        Run.Status.QUEUED, Run.Status.RUNNING, Run.Status.SUSPENDED, *_PENDING_SUSPEND_PARAMS,
+        Run.Status.RUNNING,
+        owner,
+        lease_expiry(ttl),
+        now,
+        run_id,
+        now,
+        Run.Status.QUEUED,
+        Run.Status.RUNNING,
+        Run.Status.SUSPENDED,
+        *_PENDING_SUSPEND_PARAMS,
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -82,7 +88,15 @@ def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | Non
     if row is None:
         return None
     agent, steps, prompt, auto_resume = row
-    return Run(id=run_id, agent=agent, steps=steps, input=prompt, auto_resume=bool(auto_resume), status=Run.Status.RUNNING, lease_owner=owner)
+    return Run(
+        id=run_id,
+        agent=agent,
+        steps=steps,
+        input=prompt,
+        auto_resume=bool(auto_resume),
+        status=Run.Status.RUNNING,
+        lease_owner=owner,
+    )
 
 
 def run_write(
@@ -114,9 +128,14 @@ def run_write(
     for column, value in fields.items():
         sets.append(f"{connection.ops.quote_name(column)} = %s")
         params.append(value)
-    where, where_params = ("lease_owner = %s", [owner]) if owner is not None else ("status NOT IN (%s, %s, %s)", list(Run.TERMINAL))
+    where, where_params = (
+        ("lease_owner = %s", [owner]) if owner is not None else ("status NOT IN (%s, %s, %s)", list(Run.TERMINAL))
+    )
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {_RUN} SET {', '.join(sets)} WHERE id = %s AND {where} RETURNING last_event_seq", [*params, run_id, *where_params])
+        cursor.execute(
+            f"UPDATE {_RUN} SET {', '.join(sets)} WHERE id = %s AND {where} RETURNING last_event_seq",
+            [*params, run_id, *where_params],
+        )
         row = cursor.fetchone()
     if row is None:
         raise LeaseLost(f"{owner or 'nobody'} cannot write {run_id}: another driver holds it or it has ended")
@@ -153,7 +172,9 @@ def run_complete(*, run_id: str, owner: str, seq: int, content: str) -> None:
         (RunEvent.Type.RUN_STATUS, {"status": "completed", "output": content}),
     ]
     with transaction.atomic():
-        last = run_write(run_id=run_id, owner=owner, events=len(items), release=True, status=Run.Status.COMPLETED, output=content)
+        last = run_write(
+            run_id=run_id, owner=owner, events=len(items), release=True, status=Run.Status.COMPLETED, output=content
+        )
         Message.objects.create(run_id=run_id, seq=seq, role=Message.Role.ASSISTANT, content=content)
         events.record(run_id=run_id, last_seq=last, items=items)
 
@@ -171,8 +192,10 @@ def run_cancel(*, run_id: str, by: str) -> Run:
     from agents.services.approvals import approval_expire
 
     with transaction.atomic():
-        updated = Run.objects.filter(pk=run_id).exclude(status__in=Run.TERMINAL).update(
-            status=Run.Status.CANCELLED, lease_owner="", lease_expires_at=None, updated_at=timezone.now()
+        updated = (
+            Run.objects.filter(pk=run_id)
+            .exclude(status__in=Run.TERMINAL)
+            .update(status=Run.Status.CANCELLED, lease_owner="", lease_expires_at=None, updated_at=timezone.now())
         )
         run = _get(run_id)
         if not updated:
@@ -197,13 +220,16 @@ def run_request_resume(*, run_id: str, enqueue: bool = True) -> Run:
             raise WrongState(f"run {run_id} is {run.status}; there is nothing to resume")
         elif run.status == Run.Status.SUSPENDED:
             waiting = list(
-                Approval.objects.filter(run_id=run_id, mode=Approval.Mode.SUSPEND, status=Approval.Status.PENDING)
-                .values_list("id", flat=True)
+                Approval.objects.filter(
+                    run_id=run_id, mode=Approval.Mode.SUSPEND, status=Approval.Status.PENDING
+                ).values_list("id", flat=True)
             )
             if waiting:
                 raise WrongState(f"run {run_id} waits on {len(waiting)} pending approval(s): {', '.join(waiting)}")
         elif run.lease_expires_at and run.lease_expires_at > timezone.now():
-            raise WrongState(f"run {run_id} is being driven by {run.lease_owner} (lease until {run.lease_expires_at:%H:%M:%S})")
+            raise WrongState(
+                f"run {run_id} is being driven by {run.lease_owner} (lease until {run.lease_expires_at:%H:%M:%S})"
+            )
         if enqueue:
             queue.drive_on_commit(run_id)
     return _get(run_id)

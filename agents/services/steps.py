@@ -55,7 +55,12 @@ def step_open(
     messages = [Message(run_id=run_id, seq=seq, role=Message.Role.ASSISTANT, content=content, tool_calls=tool_calls)]
     rows = [
         ToolCall(
-            run_id=run_id, call_id=c.call_id, step=seq, name=c.name, arguments=c.arguments, status=c.status,
+            run_id=run_id,
+            call_id=c.call_id,
+            step=seq,
+            name=c.name,
+            arguments=c.arguments,
+            status=c.status,
             hitl_mode=c.hitl_mode,
             # A call refused before it ran keeps what the model was told; a deferred call's
             # result stays empty until it runs (the compare-and-set looks for that).
@@ -78,7 +83,9 @@ def step_open(
     for call in calls:
         if call.output is not None:
             messages.append(_tool_message(run_id, call.call_id, seq=seq + len(messages), output=call.output))
-            items.append((RunEvent.Type.TOOL_RESULT, {"call_id": call.call_id, "tool": call.name, "output": call.output}))
+            items.append(
+                (RunEvent.Type.TOOL_RESULT, {"call_id": call.call_id, "tool": call.name, "output": call.output})
+            )
     status = {"status": Run.Status.SUSPENDED} if suspend else {}
     with transaction.atomic():
         last = run_write(run_id=run_id, owner=owner, events=len(items), release=suspend, add_steps=1, **status)
@@ -137,7 +144,9 @@ def toolcall_finish(
     """Memoize a call's output and tell the model, fenced by the lease."""
     with transaction.atomic():
         last = run_write(run_id=tool_call.run_id, owner=owner, events=1)
-        ToolCall.objects.filter(pk=tool_call.pk).update(status=status, result=output, executed_arguments=executed_arguments)
+        ToolCall.objects.filter(pk=tool_call.pk).update(
+            status=status, result=output, executed_arguments=executed_arguments
+        )
         _tool_message(tool_call.run_id, tool_call.call_id, seq=seq, output=output).save(force_insert=True)
         events.record(run_id=tool_call.run_id, last_seq=last, items=[_result_event(tool_call, output)])
 
@@ -152,7 +161,9 @@ def toolcall_record_result(
         )
         if stored:
             event = _result_event(tool_call, output, deferred=True)
-            events.record(run_id=tool_call.run_id, last_seq=events.reserve(run_id=tool_call.run_id, count=1), items=[event])
+            events.record(
+                run_id=tool_call.run_id, last_seq=events.reserve(run_id=tool_call.run_id, count=1), items=[event]
+            )
     return bool(stored)
 
 
@@ -207,4 +218,8 @@ def message_append(
         Message.objects.create(run_id=run_id, seq=seq, role=role, content=content, tool_call_id=tool_call_id)
         if reports:
             ToolCall.objects.filter(pk__in=[c.pk for c in reports]).update(reported_at=timezone.now())
-        events.record(run_id=run_id, last_seq=last, items=[(RunEvent.Type.MESSAGE, {"seq": seq, "role": role, "content": content})])
+        events.record(
+            run_id=run_id,
+            last_seq=last,
+            items=[(RunEvent.Type.MESSAGE, {"seq": seq, "role": role, "content": content})],
+        )

@@ -29,7 +29,9 @@ def _reference(prefix: str, idempotency_key: str) -> str:
 
 
 @tool
-def lookup_order(ctx: ToolContext, order_id: Annotated[str, Field(description="Order id, e.g. A1001")]) -> dict[str, Any]:
+def lookup_order(
+    ctx: ToolContext, order_id: Annotated[str, Field(description="Order id, e.g. A1001")]
+) -> dict[str, Any]:
     """Look up an order: its customer, total and status."""
     order = ORDERS.get(order_id.strip().upper())
     if order is None:
@@ -43,8 +45,7 @@ def _refund_is_possible(order_id: str, amount_cents: int) -> None:
         raise ToolError(f"No order {order_id!r}; demo orders are A1001 to A1010.", code="NOT_FOUND")
     if not 0 < amount_cents <= order["total_cents"]:
         raise ToolError(
-            f"amount_cents must be above 0 and at most the order total {order['total_cents']}, "
-            f"not {amount_cents}.",
+            f"amount_cents must be above 0 and at most the order total {order['total_cents']}, not {amount_cents}.",
             code="CHECK_FAILED",
         )
 
@@ -89,7 +90,9 @@ def send_email(
 
 
 @tool
-def ask_human(ctx: ToolContext, question: Annotated[str, Field(description="The question for a person")]) -> dict[str, Any]:
+def ask_human(
+    ctx: ToolContext, question: Annotated[str, Field(description="The question for a person")]
+) -> dict[str, Any]:
     """Ask a person a question and wait for their answer."""
     if ctx.approval_id is None:
         feedback_required({"question": question, "answer": "text"})

@@ -64,7 +64,14 @@ def test_it_approves_through_the_cli_and_the_run_finishes(db, capsys):
     assert shown["status"] == "completed"
     assert {"call_id", "name", "arguments", "status", "executed_at", "result"} <= set(shown["tool_calls"][1])
     assert shown["approvals"] == [
-        {"id": approval.id, "tool": "refund_request", "mode": "suspend", "status": "approved", "decided_by": "alice@ops", "note": ""}
+        {
+            "id": approval.id,
+            "tool": "refund_request",
+            "mode": "suspend",
+            "status": "approved",
+            "decided_by": "alice@ops",
+            "note": "",
+        }
     ]
     assert AuditEntry.objects.get(approval_id=approval.id).source == "cli"
 
@@ -77,13 +84,33 @@ def test_it_approves_through_the_cli_and_the_run_finishes(db, capsys):
 def test_it_rejects_with_a_note_and_edits_arguments(db, capsys):
     run = start(REFUND)
     [approval] = pending(run)
-    code, _, _ = run_cli(capsys, "approvals", "reject", approval.id, "--by", "alice@ops", "--note", "customer already refunded", "--no-resume")
+    code, _, _ = run_cli(
+        capsys,
+        "approvals",
+        "reject",
+        approval.id,
+        "--by",
+        "alice@ops",
+        "--note",
+        "customer already refunded",
+        "--no-resume",
+    )
     assert code == 0
     assert Approval.objects.get(pk=approval.id).note == "customer already refunded"
 
     other = start(REFUND)
     [edit] = pending(other)
-    code, _, _ = run_cli(capsys, "approvals", "approve", edit.id, "--by", "alice@ops", "--no-resume", "--args", '{"order_id": "A1001", "amount_cents": 1200}')
+    code, _, _ = run_cli(
+        capsys,
+        "approvals",
+        "approve",
+        edit.id,
+        "--by",
+        "alice@ops",
+        "--no-resume",
+        "--args",
+        '{"order_id": "A1001", "amount_cents": 1200}',
+    )
     assert code == 0
     assert Approval.objects.get(pk=edit.id).arguments == {"order_id": "A1001", "amount_cents": 1200}
 
@@ -111,7 +138,9 @@ def test_it_refuses_bad_arguments_and_a_second_different_decision_changing_nothi
 
     code, _, err = run_cli(capsys, "approvals", "approve", approval.id, "--by", "a", "--args", "{not json")
     assert code == 1 and "--args is not valid JSON" in err and err.count("\n") == 1
-    code, _, err = run_cli(capsys, "approvals", "approve", approval.id, "--by", "a", "--args", '{"order_id": "A1001", "amount_cents": "x"}')
+    code, _, err = run_cli(
+        capsys, "approvals", "approve", approval.id, "--by", "a", "--args", '{"order_id": "A1001", "amount_cents": "x"}'
+    )
     assert code == 1 and "amount_cents" in err and err.count("\n") == 1
     assert Approval.objects.get(pk=approval.id).status == "pending"
 

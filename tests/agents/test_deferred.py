@@ -27,7 +27,12 @@ def respond(body: dict[str, Any]) -> Reply:
     if not tool_messages(body):
         email = {"to": "bob@example.com", "subject": "Refund", "body": "on its way"}
         refund = {"order_id": "A1002", "amount_cents": 700}
-        return Reply(tool_calls=[("call_mail", "send_email", json.dumps(email)), ("call_refund", "refund_request", json.dumps(refund))])
+        return Reply(
+            tool_calls=[
+                ("call_mail", "send_email", json.dumps(email)),
+                ("call_refund", "refund_request", json.dumps(refund)),
+            ]
+        )
     updates = [m["content"] for m in body["messages"] if m["role"] == "system" and "deferred" in m["content"]]
     return Reply(content=f"done; {len(updates)} deferred update(s)")
 

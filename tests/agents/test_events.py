@@ -36,7 +36,9 @@ async def test_it_pushes_a_committed_event_to_the_run_and_approvals_groups():
     run_id = await new_run()
     run_channel, inbox_channel = await listen(events.run_group(run_id)), await listen(events.APPROVALS_GROUP)
 
-    seq = await database_sync_to_async(events.publish)(run_id=run_id, type="approval_required", data={"approval_id": "appr_x"})
+    seq = await database_sync_to_async(events.publish)(
+        run_id=run_id, type="approval_required", data={"approval_id": "appr_x"}
+    )
 
     for channel in (run_channel, inbox_channel):
         message = await receive(channel)

@@ -312,8 +312,14 @@ def test_it_reports_a_crashing_tool_to_the_model(db, agent_config):
     lease = services.run_lease(run_id=run.id, owner="t")
     assert lease is not None
     services.step_open(
-        run_id=run.id, owner="t", seq=2, content="", suspend=False,
-        tool_calls=[{"id": "call_x", "type": "function", "function": {"name": "explode", "arguments": '{"reason": "boom"}'}}],
+        run_id=run.id,
+        owner="t",
+        seq=2,
+        content="",
+        suspend=False,
+        tool_calls=[
+            {"id": "call_x", "type": "function", "function": {"name": "explode", "arguments": '{"reason": "boom"}'}}
+        ],
         calls=[services.PlannedCall(call_id="call_x", name="explode", arguments={"reason": "boom"}, status="proposed")],
     )
     Run.objects.filter(pk=run.id).update(lease_owner="", lease_expires_at=None)

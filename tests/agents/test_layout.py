@@ -17,6 +17,8 @@ def test_it_keeps_the_engine_free_of_dashboard_imports():
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            offenders += [f"{path.relative_to(ENGINE.parent)}: {name}" for name in names if name.split(".")[0] == "dashboard"]
+            offenders += [
+                f"{path.relative_to(ENGINE.parent)}: {name}" for name in names if name.split(".")[0] == "dashboard"
+            ]
 
     assert offenders == []

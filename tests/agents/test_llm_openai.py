@@ -143,7 +143,9 @@ def test_it_raises_model_error_when_the_endpoint_is_unreachable() -> None:
         model.complete(USER, [])
 
 
-def test_it_raises_model_error_when_the_endpoint_is_too_slow(fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_raises_model_error_when_the_endpoint_is_too_slow(
+    fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_TIMEOUT", "0.3")
     fake_openai.script(lambda body: Reply(content="too late", delay=1.0))
 
@@ -163,7 +165,9 @@ def test_it_raises_model_error_when_the_endpoint_answers_with_a_web_page(fake_op
 
 def test_it_raises_model_error_when_the_stream_is_cut_off(fake_openai: FakeOpenAI) -> None:
     # The connection drops halfway: half an answer must not pass for the whole one.
-    fake_openai.script(lambda body: Reply(content="You will get a full refund of the entire amount today.", truncate=True))
+    fake_openai.script(
+        lambda body: Reply(content="You will get a full refund of the entire amount today.", truncate=True)
+    )
     pieces: list[str] = []
 
     with pytest.raises(ModelError, match="openai:test-model: the stream ended before the model finished"):
@@ -204,17 +208,23 @@ def _start(task: str) -> str:
 
 
 def _tool_outputs(run_id: str) -> dict[str, dict[str, Any]]:
-    return {m.tool_call_id: json.loads(m.content) for m in Message.objects.filter(run_id=run_id, role=Message.Role.TOOL)}
+    return {
+        m.tool_call_id: json.loads(m.content) for m in Message.objects.filter(run_id=run_id, role=Message.Role.TOOL)
+    }
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_it_tells_the_model_about_malformed_tool_arguments_and_goes_on(db, openai_agent: FakeOpenAI, stream: bool) -> None:  # noqa: ANN001
+def test_it_tells_the_model_about_malformed_tool_arguments_and_goes_on(
+    db, openai_agent: FakeOpenAI, stream: bool
+) -> None:  # noqa: ANN001
     def respond(body: dict[str, Any]) -> Reply:
         results = tool_messages(body)
         if not results:
             return Reply(tool_calls=[("call_bad", "lookup_order", '{"order_id": "A1001"')])
         if len(results) == 1:
-            return Reply(content="Sorry, let me fix that.", tool_calls=[("call_good", "lookup_order", '{"order_id": "A1001"}')])
+            return Reply(
+                content="Sorry, let me fix that.", tool_calls=[("call_good", "lookup_order", '{"order_id": "A1001"}')]
+            )
         return Reply(content=f"Order A1001 is {results[-1]['content']['result']['status']}.")
 
     openai_agent.script(respond)
@@ -284,7 +294,10 @@ def test_it_pauses_a_refund_for_approval_and_runs_it_once_after(db, openai_agent
     assert len(openai_agent.requests) == 1
 
     services.approval_decide(
-        approval_id=approval.id, decision="approved", attempt=services.Attempt(actor="alice", source="cli"), auto_resume=False
+        approval_id=approval.id,
+        decision="approved",
+        attempt=services.Attempt(actor="alice", source="cli"),
+        auto_resume=False,
     )
     assert drive(run_id, stream=stream).status == "completed"
 
@@ -340,8 +353,12 @@ def test_it_fails_the_run_when_the_model_endpoint_returns_500(db, openai_agent: 
     assert list(Message.objects.filter(run_id=run_id).values_list("role", flat=True)) == ["user"]
 
 
-def test_it_fails_the_run_when_the_stream_is_cut_off_instead_of_keeping_half_an_answer(db, openai_agent: FakeOpenAI) -> None:  # noqa: ANN001
-    openai_agent.script(lambda body: Reply(content="Your refund of the whole order is approved and sent.", truncate=True))
+def test_it_fails_the_run_when_the_stream_is_cut_off_instead_of_keeping_half_an_answer(
+    db, openai_agent: FakeOpenAI
+) -> None:  # noqa: ANN001
+    openai_agent.script(
+        lambda body: Reply(content="Your refund of the whole order is approved and sent.", truncate=True)
+    )
     run_id = _start("Where is order A1001?")
 
     assert drive(run_id, on_delta=lambda text: None).status == "failed"

@@ -71,8 +71,15 @@ def test_it_refuses_to_start_with_a_bad_config(tmp_path: Path):
 
     done = subprocess.run(
         [sys.executable, "-m", "agents.cli", "runs", "list"],
-        cwd=ROOT, env=child_env(AGENTFAST_CONFIG=str(path)), capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=child_env(AGENTFAST_CONFIG=str(path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
     assert done.returncode == 1
-    assert done.stderr.strip() == f"agentfast: {path}: tool_overrides.refund_request.risk: must be one of low, medium, high, not 'extreme'"
+    assert (
+        done.stderr.strip()
+        == f"agentfast: {path}: tool_overrides.refund_request.risk: must be one of low, medium, high, not 'extreme'"
+    )

@@ -62,7 +62,9 @@ def billing_script(*, slow_second_turn: float = 0.0) -> Callable[[dict[str, Any]
         nonlocal reports
         outputs = tool_messages(body)
         if not outputs:
-            return Reply(tool_calls=[("call_charge", "charge_card", json.dumps({"customer": "c1", "amount_cents": 500}))])
+            return Reply(
+                tool_calls=[("call_charge", "charge_card", json.dumps({"customer": "c1", "amount_cents": 500}))]
+            )
         reports += 1
         last = outputs[-1]["content"]
         delay = slow_second_turn if reports == 1 else 0.0
@@ -71,9 +73,13 @@ def billing_script(*, slow_second_turn: float = 0.0) -> Callable[[dict[str, Any]
     return respond
 
 
-def test_it_marks_a_claim_in_doubt_after_a_kill_between_effect_and_result(start_worker, agent_config, fake_openai, tmp_path):
+def test_it_marks_a_claim_in_doubt_after_a_kill_between_effect_and_result(
+    start_worker, agent_config, fake_openai, tmp_path
+):
     """kill -9 after the claim and the side effect, before the result is stored."""
-    agent_config(BILLING.format(base_url=fake_openai.base_url, overrides="  charge_card: {risk: high, hitl_mode: suspend}"))
+    agent_config(
+        BILLING.format(base_url=fake_openai.base_url, overrides="  charge_card: {risk: high, hitl_mode: suspend}")
+    )
     fake_openai.script(billing_script())
     doomed = start_worker(AGENTFAST_TEST_MARKER_DIR=str(tmp_path), AGENTFAST_TEST_TOOL_SLEEP="120")
     run = services.run_create(agent="billing", input="charge c1 5.00")

@@ -34,8 +34,14 @@ from tests.support.processes import ROOT, Daphne
 
 CHROMIUM = Path(os.environ.get("AGENTFAST_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 

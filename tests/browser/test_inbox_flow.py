@@ -28,7 +28,12 @@ def cli_start(prompt: str) -> str:
     """Start a run the way a developer would, from the CLI; return its id."""
     done = subprocess.run(
         [sys.executable, "-m", "agents.cli", "runs", "start", "--agent", "support", prompt],
-        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=60, check=True,
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return done.stdout.split()[0]
 
@@ -38,9 +43,7 @@ def wait_live(page: Page) -> None:
     page.wait_for_selector(".live[data-state=open]")
 
 
-def test_it_shows_a_paused_call_to_every_reviewer_and_runs_the_edited_approval(
-    start_worker, viewer, alice, bob, carol
-):
+def test_it_shows_a_paused_call_to_every_reviewer_and_runs_the_edited_approval(start_worker, viewer, alice, bob, carol):
     start_worker()
     alices, bobs = viewer("alice"), viewer("bob")
     for person in (alices, bobs):

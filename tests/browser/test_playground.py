@@ -33,7 +33,9 @@ def raw_log(viewer: Viewer) -> list[tuple[str, str]]:
     return [(row.locator(".pg-raw-id").inner_text(), row.locator(".pg-raw-event").inner_text()) for row in rows.all()]
 
 
-def test_it_streams_a_run_through_an_inline_approval_to_the_final_answer(viewer: Callable[..., Viewer], alice: User) -> None:
+def test_it_streams_a_run_through_an_inline_approval_to_the_final_answer(
+    viewer: Callable[..., Viewer], alice: User
+) -> None:
     seen = viewer("alice", path="/playground/")
     page = seen.page
     page.select_option("#pg-agent", "support")

@@ -28,7 +28,9 @@ class Api:
     def get(self, path: str, headers: dict[str, str] | None = None, **params: Any) -> Any:
         return self.client.get(path, params, headers=self._headers(headers or {}))
 
-    def post(self, path: str, body: Any = None, *, raw: str | None = None, headers: dict[str, str] | None = None) -> Any:
+    def post(
+        self, path: str, body: Any = None, *, raw: str | None = None, headers: dict[str, str] | None = None
+    ) -> Any:
         data = raw if raw is not None else ("" if body is None else json.dumps(body))
         return self.client.post(path, data=data, content_type="application/json", headers=self._headers(headers or {}))
 
@@ -276,7 +278,9 @@ def test_it_passes_a_payload_to_a_tool_that_asked(api: Api, alice: User) -> None
     run = flows.start("Ask a human whether to expedite order A1003")
     approval = approval_of(run)
     assert api.get(f"/api/approvals/{approval.id}").json()["request"]["question"] == "Should we expedite order A1003?"
-    response = api.post(f"/api/approvals/{approval.id}/decide", {"decision": "approved", "payload": {"answer": "yes, today"}})
+    response = api.post(
+        f"/api/approvals/{approval.id}/decide", {"decision": "approved", "payload": {"answer": "yes, today"}}
+    )
     assert response.json()["payload"] == {"answer": "yes, today"}
 
 
@@ -288,7 +292,8 @@ def test_it_records_a_decision_on_behalf_of_someone_with_the_permission(client: 
     relay.user_permissions.add(Permission.objects.get(codename="decide_on_behalf"))
     approval = approval_of(paused)
     response = Api(client, token_for("chatbot")).post(
-        f"/api/approvals/{approval.id}/decide", {"decision": "approved", "decided_by": "alice@ops", "auto_resume": False}
+        f"/api/approvals/{approval.id}/decide",
+        {"decision": "approved", "decided_by": "alice@ops", "auto_resume": False},
     )
     assert response.status_code == 200
     assert response.json()["decided_by"] == "alice@ops"
@@ -306,7 +311,9 @@ def test_it_refuses_deciding_as_someone_else_without_the_permission(api: Api, pa
 
 def test_it_accepts_decided_by_naming_the_caller(api: Api, paused: Run) -> None:
     approval = approval_of(paused)
-    response = api.post(f"/api/approvals/{approval.id}/decide", {"decision": "approved", "decided_by": "alice", "auto_resume": False})
+    response = api.post(
+        f"/api/approvals/{approval.id}/decide", {"decision": "approved", "decided_by": "alice", "auto_resume": False}
+    )
     assert response.status_code == 200
     assert audits(approval.id) == [("alice", "", "api", "decided")]
 
@@ -437,7 +444,9 @@ def test_it_takes_the_browser_session_and_enforces_csrf_on_posts(alice: User, pa
 
 def test_it_serves_its_openapi_schema_and_docs(client: Client, db: None) -> None:
     schema = client.get("/api/openapi.json").json()
-    assert {"/api/runs", "/api/approvals/{approval_id}/decide", "/api/runs/{run_id}/events", "/api/events"} <= set(schema["paths"])
+    assert {"/api/runs", "/api/approvals/{approval_id}/decide", "/api/runs/{run_id}/events", "/api/events"} <= set(
+        schema["paths"]
+    )
     decide = schema["components"]["schemas"]["DecideIn"]
     assert decide["additionalProperties"] is False
     assert client.get("/api/docs").status_code == 200

@@ -49,7 +49,11 @@ def server(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> I
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
-            cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT,
+            env=child_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         url = f"http://127.0.0.1:{port}"
         try:
@@ -122,7 +126,9 @@ class EventStream:
         if "comment" in fields and "event" not in fields:
             frame = Frame(event=None, comment=fields["comment"])
         else:
-            frame = Frame(event=fields["event"], id=int(fields["id"]) if "id" in fields else None, data=json.loads(fields["data"]))
+            frame = Frame(
+                event=fields["event"], id=int(fields["id"]) if "id" in fields else None, data=json.loads(fields["data"])
+            )
         self.frames.append(frame)
         return frame
 
@@ -170,11 +176,22 @@ def test_it_takes_the_curl_example_of_the_issue(server: str, start_worker: Calla
     approval_id = flows.pending(run)[0].id
     result = subprocess.run(
         [
-            "curl", "-sS", "-X", "POST", f"{server}/api/approvals/{approval_id}/decide",
-            "-H", f"Authorization: Bearer {token}", "-H", "Content-Type: application/json",
-            "-d", '{"decision":"approved","decided_by":"alice@ops"}',
+            "curl",
+            "-sS",
+            "-X",
+            "POST",
+            f"{server}/api/approvals/{approval_id}/decide",
+            "-H",
+            f"Authorization: Bearer {token}",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            '{"decision":"approved","decided_by":"alice@ops"}',
         ],
-        capture_output=True, text=True, timeout=30, check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     )
     body = json.loads(result.stdout)
     assert (body["status"], body["decided_by"], body["resume_enqueued"]) == ("approved", "alice@ops", True)
@@ -196,7 +213,11 @@ def test_it_sends_approval_required_to_a_client_connected_before_the_pause(serve
     assert pause.id == pause.data["seq"] == seqs(run)[-1]
     assert pause.data["run_id"] == run.id
     details = pause.data["data"]
-    assert (details["approval_id"], details["tool"], details["run_status"]) == (approval.id, "refund_request", "suspended")
+    assert (details["approval_id"], details["tool"], details["run_status"]) == (
+        approval.id,
+        "refund_request",
+        "suspended",
+    )
     assert details["arguments"] == {"order_id": "A1001", "amount_cents": 2500}
     assert [f.id for f in stored(frames)] == seqs(run)
 
@@ -236,7 +257,11 @@ def test_it_streams_every_runs_approval_events_with_event_pks_as_ids(server: str
         required = feed.until(lambda f: f.event == "approval_required")[-1]
         flows.decide(flows.pending(first)[0], "rejected", note="no", auto_resume=False)
         decided = feed.until(lambda f: f.event == "approval_decided")[-1]
-    pks = list(RunEvent.objects.filter(type__in=["approval_required", "approval_decided"]).order_by("pk").values_list("pk", flat=True))
+    pks = list(
+        RunEvent.objects.filter(type__in=["approval_required", "approval_decided"])
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
     assert [required.id, decided.id] == pks
     assert (required.data["run_id"], decided.data["data"]["decision"]) == (first.id, "rejected")
     second = flows.start("Refund order A1002 for 5.00 USD")  # while nobody listens

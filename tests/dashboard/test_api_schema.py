@@ -68,7 +68,7 @@ def test_it_survives_generated_requests_within_its_schema(openapi_31: None, wsgi
             status_code_conformance,
             content_type_conformance,
             response_schema_conformance,
-                    ignored_auth,
+            ignored_auth,
         ],
         headers={"Authorization": f"Bearer {token}"},
         hypothesis_settings=hypothesis.settings(

@@ -36,7 +36,9 @@ def test_it_answers_404_for_an_unknown_approval(client_for, alice):
 
 def test_it_approves_and_records_the_web_decision(client_for, alice, approval, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks():
-        response = client_for(alice).post(decide_url(approval), {"decision": "approved", "arguments": json.dumps(approval.tool_call.arguments)})
+        response = client_for(alice).post(
+            decide_url(approval), {"decision": "approved", "arguments": json.dumps(approval.tool_call.arguments)}
+        )
 
     assert response.status_code == 302 and response.url == f"/approvals/{approval.id}"
     approval.refresh_from_db()
@@ -97,11 +99,18 @@ def test_it_rejects_with_a_note_and_ignores_the_editor(client_for, alice, approv
     )
 
     approval.refresh_from_db()
-    assert (approval.status, approval.note, approval.arguments, approval.feedback) == ("rejected", "customer already refunded", None, "")
+    assert (approval.status, approval.note, approval.arguments, approval.feedback) == (
+        "rejected",
+        "customer already refunded",
+        None,
+        "",
+    )
 
 
 def test_it_rejects_with_feedback_for_the_model_to_revise(client_for, alice, paused, approval):
-    client_for(alice).post(decide_url(approval), {"decision": "rejected", "note": "too much", "feedback": "make it 10.00"})
+    client_for(alice).post(
+        decide_url(approval), {"decision": "rejected", "note": "too much", "feedback": "make it 10.00"}
+    )
 
     approval.refresh_from_db()
     assert approval.feedback == "make it 10.00"
@@ -134,8 +143,11 @@ def test_it_answers_a_repeated_decision_with_the_existing_one(client_for, alice,
 
     assert response.status_code == 200
     assert "<strong>Approved</strong> by alice" in response.content.decode()
-    assert list(AuditEntry.objects.filter(approval_id=approval.id).values_list("outcome", flat=True).order_by("id")) == [
-        "decided", "idempotent",
+    assert list(
+        AuditEntry.objects.filter(approval_id=approval.id).values_list("outcome", flat=True).order_by("id")
+    ) == [
+        "decided",
+        "idempotent",
     ]
 
 

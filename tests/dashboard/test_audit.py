@@ -19,10 +19,19 @@ from tests.support.flows import decide, pending, start
 def history(db: None) -> Approval:
     """Bob approves with an edit; alice tries to reject it afterwards; dave's id is unknown."""
     [approval] = pending(start(REFUND))
-    decide(approval, "approved", by="bob", arguments={"order_id": "A1001", "amount_cents": 1500}, note="half now", auto_resume=False)
+    decide(
+        approval,
+        "approved",
+        by="bob",
+        arguments={"order_id": "A1001", "amount_cents": 1500},
+        note="half now",
+        auto_resume=False,
+    )
     with pytest.raises(services.AlreadyDecided):
         services.approval_decide(
-            approval_id=approval.id, decision="rejected", attempt=services.Attempt(actor="alice", source="web", origin="10.0.0.7")
+            approval_id=approval.id,
+            decision="rejected",
+            attempt=services.Attempt(actor="alice", source="web", origin="10.0.0.7"),
         )
     with pytest.raises(services.NotFound):
         decide("appr_missing", "approved", by="dave")
@@ -76,12 +85,12 @@ def test_it_exports_the_filtered_history_as_csv(client_for, carol, history):
 
 
 def test_it_defuses_spreadsheet_formulas_in_the_csv(client_for, carol, approval):
-    decide(approval, "rejected", by="bob", note="=HYPERLINK(\"http://evil\")")
+    decide(approval, "rejected", by="bob", note='=HYPERLINK("http://evil")')
 
     body = b"".join(client_for(carol).get("/audit.csv").streaming_content).decode()
 
     [row] = list(csv.DictReader(io.StringIO(body)))
-    assert row["note"] == "'=HYPERLINK(\"http://evil\")"
+    assert row["note"] == '\'=HYPERLINK("http://evil")'
 
 
 def test_it_explains_an_empty_history(client_for, carol):
@@ -97,7 +106,9 @@ def test_it_keeps_the_audit_append_only_in_the_admin(client_for, carol, history)
     assert client.get(f"/admin/agents/auditentry/{entry.pk}/delete/").status_code == 403
     change = client.post(f"/admin/agents/auditentry/{entry.pk}/change/", {"actor": "mallory"})
     assert change.status_code == 403
-    bulk = client.post("/admin/agents/auditentry/", {"action": "delete_selected", "_selected_action": [entry.pk], "post": "yes"})
+    bulk = client.post(
+        "/admin/agents/auditentry/", {"action": "delete_selected", "_selected_action": [entry.pk], "post": "yes"}
+    )
     assert bulk.status_code in (200, 302)
     assert AuditEntry.objects.count() == 3 and AuditEntry.objects.get(pk=entry.pk).actor != "mallory"
 

@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agents import events, services
+from agents import services
 from dashboard.asgi import application
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, resume, start
@@ -30,7 +30,9 @@ def _session_cookie(user: User) -> bytes:
     return f"sessionid={client.cookies['sessionid'].value}".encode()
 
 
-async def connect(path: str, user: User | None = None, *, origin: bytes = b"http://localhost") -> tuple[WebsocketCommunicator, bool, int | None]:
+async def connect(
+    path: str, user: User | None = None, *, origin: bytes = b"http://localhost"
+) -> tuple[WebsocketCommunicator, bool, int | None]:
     headers = [(b"origin", origin), (b"host", b"localhost")]
     if user is not None:
         headers.append((b"cookie", await database_sync_to_async(_session_cookie)(user)))
@@ -40,10 +42,8 @@ async def connect(path: str, user: User | None = None, *, origin: bytes = b"http
 
 
 async def in_thread(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run engine code the way a worker would, then wait until its events reached Redis."""
-    result = await database_sync_to_async(func)(*args, **kwargs)
-    await database_sync_to_async(events.flush)()
-    return result
+    """Run engine code the way a worker would (its events reach Redis before it returns)."""
+    return await database_sync_to_async(func)(*args, **kwargs)
 
 
 async def test_it_refuses_anonymous_connections():
@@ -146,7 +146,9 @@ async def test_it_removes_the_card_of_an_expired_approval(alice, paused):
     [approval] = await database_sync_to_async(pending)(paused)
     communicator, _, _ = await connect("/ws/inbox/", alice)
 
-    await in_thread(services.approval_expire, approval=approval, actor="system", reason="no decision in time", resume=False)
+    await in_thread(
+        services.approval_expire, approval=approval, actor="system", reason="no decision in time", resume=False
+    )
 
     assert f'<div id="card-{approval.id}" hx-swap-oob="delete"></div>' in await communicator.receive_from(timeout=5)
     await communicator.disconnect()

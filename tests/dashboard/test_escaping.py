@@ -13,7 +13,10 @@ def test_it_escapes_a_hostile_email_body_on_every_page(client_for, bob, carol):
     run = start(XSS)
     [approval] = pending(run)
     client = client_for(carol)
-    pages = {"inbox": client.get("/").content.decode(), "approval": client.get(f"/approvals/{approval.id}").content.decode()}
+    pages = {
+        "inbox": client.get("/").content.decode(),
+        "approval": client.get(f"/approvals/{approval.id}").content.decode(),
+    }
     edited = {**approval.tool_call.arguments, "body": PAYLOAD + " (checked)"}
     decide(approval, "approved", by="bob", arguments=edited, note=PAYLOAD)
     pages["decided approval"] = client.get(f"/approvals/{approval.id}").content.decode()

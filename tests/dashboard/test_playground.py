@@ -18,7 +18,9 @@ from tests.support import flows
 from tests.support.fake_openai import MODEL, FakeOpenAI, Reply, tool_messages
 
 
-def test_it_offers_the_configured_agents_and_the_demo_prompts(client_for: Callable[[User], Client], alice: User) -> None:
+def test_it_offers_the_configured_agents_and_the_demo_prompts(
+    client_for: Callable[[User], Client], alice: User
+) -> None:
     response = client_for(alice).get("/playground/")
     assert response.status_code == 200
     page = response.content.decode()
@@ -27,7 +29,9 @@ def test_it_offers_the_configured_agents_and_the_demo_prompts(client_for: Callab
     assert "js/playground.js" in page
 
 
-def test_it_starts_a_queued_run_that_the_page_drives(client_for: Callable[[User], Client], alice: User, django_capture_on_commit_callbacks: Any) -> None:
+def test_it_starts_a_queued_run_that_the_page_drives(
+    client_for: Callable[[User], Client], alice: User, django_capture_on_commit_callbacks: Any
+) -> None:
     with django_capture_on_commit_callbacks() as callbacks:
         response = client_for(alice).post("/playground/runs", {"agent": "support", "input": REFUND})
     assert response.status_code == 201
@@ -36,8 +40,12 @@ def test_it_starts_a_queued_run_that_the_page_drives(client_for: Callable[[User]
     assert callbacks == []  # no worker is asked: the page drives it
 
 
-@pytest.mark.parametrize(("data", "field"), [({"agent": "nobody", "input": "hi"}, "agent"), ({"agent": "support", "input": ""}, "input")])
-def test_it_refuses_a_bad_run_naming_the_field(client_for: Callable[[User], Client], alice: User, data: dict[str, str], field: str) -> None:
+@pytest.mark.parametrize(
+    ("data", "field"), [({"agent": "nobody", "input": "hi"}, "agent"), ({"agent": "support", "input": ""}, "input")]
+)
+def test_it_refuses_a_bad_run_naming_the_field(
+    client_for: Callable[[User], Client], alice: User, data: dict[str, str], field: str
+) -> None:
     response = client_for(alice).post("/playground/runs", data)
     assert response.status_code == 400
     assert (response.json()["error_code"], response.json()["field"]) == ("invalid", field)
@@ -69,7 +77,9 @@ def test_it_enforces_csrf_when_starting_a_run(alice: User) -> None:
     assert not Run.objects.exists()
 
 
-def test_it_is_for_reviewers_and_admins_only(client: Client, client_for: Callable[[User], Client], dave: User, carol: User) -> None:
+def test_it_is_for_reviewers_and_admins_only(
+    client: Client, client_for: Callable[[User], Client], dave: User, carol: User
+) -> None:
     assert client.get("/playground/").status_code == 302  # to the login page
     assert client_for(dave).get("/playground/").status_code == 403
     assert client_for(dave).post("/playground/runs", {"agent": "support", "input": "hi"}).status_code == 403
@@ -89,10 +99,15 @@ def agents_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def composed(**fields: Any) -> dict[str, Any]:
     data = {
-        "agent": "__compose__", "input": REFUND, "system_prompt": "You are terse.", "model": "demo",
+        "agent": "__compose__",
+        "input": REFUND,
+        "system_prompt": "You are terse.",
+        "model": "demo",
         "tools": ["lookup_order", "refund_request"],
-        "risk_lookup_order": "low", "mode_lookup_order": "suspend",
-        "risk_refund_request": "high", "mode_refund_request": "suspend",
+        "risk_lookup_order": "low",
+        "mode_lookup_order": "suspend",
+        "risk_refund_request": "high",
+        "mode_refund_request": "suspend",
     }
     return {**data, **fields}
 
@@ -115,7 +130,9 @@ def test_it_composes_agents_whose_own_risk_settings_govern_their_runs(
     assert get_policy().tool_policy("refund_request").risk == "high"  # agentfast.yaml's rule still holds
 
 
-def test_it_makes_one_agent_of_the_same_settings(client_for: Callable[[User], Client], alice: User, agents_dir: Path) -> None:
+def test_it_makes_one_agent_of_the_same_settings(
+    client_for: Callable[[User], Client], alice: User, agents_dir: Path
+) -> None:
     first = _start(client_for(alice), composed())
     second = _start(client_for(alice), composed(input="Refund order A1002 for 5.00 USD"))
     assert first.agent == second.agent
@@ -128,8 +145,11 @@ def test_it_runs_a_composed_agent_on_an_openai_compatible_endpoint(
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
     fake_openai.script(
-        lambda body: Reply(content="Refunded 5.00 USD.") if tool_messages(body)
-        else Reply(tool_calls=[("call_1", "refund_request", '{"order_id": "A1001", "amount_cents": 500}')])
+        lambda body: (
+            Reply(content="Refunded 5.00 USD.")
+            if tool_messages(body)
+            else Reply(tool_calls=[("call_1", "refund_request", '{"order_id": "A1001", "amount_cents": 500}')])
+        )
     )
     run = _start(client_for(alice), composed(model="openai", model_name=MODEL, tools=["refund_request"]))
     assert flows.resume(run).status == Run.Status.SUSPENDED
@@ -141,7 +161,11 @@ def test_it_runs_a_composed_agent_on_an_openai_compatible_endpoint(
 
 @pytest.mark.parametrize(
     ("fields", "field"),
-    [({"model": "openai", "model_name": ""}, "model_name"), ({"tools": ["no_such_tool"]}, "tools"), ({"risk_refund_request": "extreme"}, "risk_refund_request")],
+    [
+        ({"model": "openai", "model_name": ""}, "model_name"),
+        ({"tools": ["no_such_tool"]}, "tools"),
+        ({"risk_refund_request": "extreme"}, "risk_refund_request"),
+    ],
 )
 def test_it_refuses_a_bad_composed_agent(
     client_for: Callable[[User], Client], alice: User, agents_dir: Path, fields: dict[str, Any], field: str

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import pytest
 import redis
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
@@ -19,10 +21,16 @@ from dashboard import sse
 from tests.support import flows
 
 REFUND = "Refund order A1001 for 25.00 USD"
+T = TypeVar("T")
 
 
 async def _next(stream: AsyncIterator[str], timeout: float = 5.0) -> str:
     return await asyncio.wait_for(anext(stream), timeout)
+
+
+async def in_thread(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run blocking ORM code off the event loop, closing the thread's connection after."""
+    return await database_sync_to_async(func)(*args, **kwargs)
 
 
 def test_it_writes_one_data_line_per_frame() -> None:
@@ -34,7 +42,7 @@ def test_it_writes_one_data_line_per_frame() -> None:
 @pytest.mark.django_db(transaction=True)
 async def test_it_sends_heartbeats_while_a_run_is_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sse, "HEARTBEAT_SECONDS", 0.2)
-    run = await asyncio.to_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
+    run = await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
     stream = sse.run_stream(run.id, 0)
     try:
         assert await _next(stream) == sse.LIVE
@@ -45,8 +53,8 @@ async def test_it_sends_heartbeats_while_a_run_is_quiet(monkeypatch: pytest.Monk
 
 @pytest.mark.django_db(transaction=True)
 async def test_it_fills_a_lost_push_from_the_table_and_drops_duplicates() -> None:
-    run = await asyncio.to_thread(flows.start, REFUND)
-    stored = await asyncio.to_thread(lambda: list(RunEvent.objects.filter(run=run).order_by("seq")))
+    run = await in_thread(flows.start, REFUND)
+    stored = await in_thread(lambda: list(RunEvent.objects.filter(run=run).order_by("seq")))
     feed = sse.RunFeed(run.id, 1)
     last = stored[-1]
     # Only the last push arrived: the ones between come from the table, in order.
@@ -62,14 +70,14 @@ async def test_it_streams_from_the_table_when_the_channel_layer_is_down(monkeypa
 
     monkeypatch.setattr(sse, "get_channel_layer", broken)
     monkeypatch.setattr(sse, "POLL_SECONDS", 0.05)
-    run = await asyncio.to_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
+    run = await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
     stream = sse.run_stream(run.id, 0)
     try:
         assert await _next(stream) == sse.LIVE
         driver = threading.Thread(target=runtime.drive, args=(run.id,), kwargs={"stream": False})
         driver.start()
         frames = [await _next(stream) for _ in range(4)]
-        await asyncio.to_thread(driver.join)
+        await in_thread(driver.join)
     finally:
         await stream.aclose()
     events = [json.loads(f.split("data: ")[1]) for f in frames]
@@ -91,13 +99,13 @@ def _subscribed() -> set[bytes]:
 
 @pytest.mark.django_db(transaction=True)
 async def test_it_lets_go_of_its_channels_when_a_stream_ends() -> None:
-    finished = await asyncio.to_thread(flows.start, "Refund order Z9999 for 1.00 USD")
-    waiting = await asyncio.to_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
-    before = await asyncio.to_thread(_subscribed)
+    finished = await in_thread(flows.start, "Refund order Z9999 for 1.00 USD")
+    waiting = await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
+    before = await in_thread(_subscribed)
     for _ in range(3):
         assert [chunk async for chunk in sse.run_stream(finished.id, 0)]  # replayed, then closed
     stream = sse.run_stream(waiting.id, 0)
     assert await _next(stream) == sse.LIVE
     await stream.aclose()  # a client that went away
-    left = await asyncio.to_thread(_subscribed) - before
+    left = await in_thread(_subscribed) - before
     assert all(b"sse-anchor." in channel for channel in left), left

@@ -167,7 +167,9 @@ def _handler_for(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             if self.path.rstrip("/") != "/v1/models":
                 self._json(404, _error_body(404, f"no route GET {self.path}"))
                 return
-            self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "fake"}]})
+            self._json(
+                200, {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "fake"}]}
+            )
 
         def do_POST(self) -> None:  # noqa: N802
             if self.path.rstrip("/") != "/v1/chat/completions":
@@ -268,7 +270,11 @@ def _chunks(body: dict[str, Any], reply: Reply) -> Iterator[dict[str, Any]]:
     yield chunk({}, _finish_reason(reply))
     if (body.get("stream_options") or {}).get("include_usage"):
         # As OpenAI does: a last chunk with no choices, only usage.
-        yield {**_envelope(body, "chat.completion.chunk"), "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        yield {
+            **_envelope(body, "chat.completion.chunk"),
+            "choices": [],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
 
 
 def _tool_call_fragments(reply: Reply) -> Iterator[dict[str, Any]]:

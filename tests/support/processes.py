@@ -37,7 +37,12 @@ class ServerProcess:
     def start(self) -> None:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                self.args, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                self.args,
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
 
@@ -82,8 +87,17 @@ class Worker(ServerProcess):
 
     def __init__(self, *, log: Path, env: dict[str, str], beat: bool = False) -> None:
         args = [
-            sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--pool=solo", "--loglevel=INFO",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "dashboard",
+            "worker",
+            "--pool=solo",
+            "--loglevel=INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
         ]
         if beat:
             args += ["--beat", "--schedule", str(log.with_suffix(".beat"))]

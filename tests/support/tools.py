@@ -15,7 +15,9 @@ from agents.tools import ToolContext, tool
 def charge_card(ctx: ToolContext, customer: str, amount_cents: int) -> dict[str, Any]:
     """Charge a customer's card; with MARKER_DIR set, pause after the effect (crash tests)."""
     services.sideeffect_record(
-        tool="charge_card", idempotency_key=ctx.idempotency_key, arguments={"customer": customer, "amount_cents": amount_cents}
+        tool="charge_card",
+        idempotency_key=ctx.idempotency_key,
+        arguments={"customer": customer, "amount_cents": amount_cents},
     )
     marker_dir = os.environ.get("AGENTFAST_TEST_MARKER_DIR")
     if marker_dir:
