@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.contrib.auth.models import User
 from django.utils import timezone
 
 from agents.models import ApiToken
 from agents.services.errors import InvalidInput, NotFound
+
+
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def _hash(token: str) -> str:
@@ -43,5 +47,8 @@ def token_authenticate(token: str) -> User | None:
     found = ApiToken.objects.select_related("user").filter(token_hash=_hash(token), revoked_at__isnull=True).first()
     if found is None or not found.user.is_active:
         return None
-    ApiToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
+    now = timezone.now()
+    # To the minute is enough to see which tokens are in use; a write per request is not.
+    if found.last_used_at is None or now - found.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
     return found.user
