@@ -21,6 +21,9 @@ class Run(models.Model):
 
     id = models.CharField(primary_key=True, max_length=40, editable=False)
     agent = models.CharField(max_length=100, db_index=True)
+    # An agent defined for this run alone (keys of an agentfast.yaml `agents:` entry), or
+    # None for the configured agent of that name.
+    agent_config = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     input = models.TextField()
     auto_resume = models.BooleanField(default=True)

@@ -14,15 +14,15 @@ tool_overrides:
 A tool not listed under tool_overrides is low risk and runs without asking anyone. An agent
 may carry its own `tool_overrides`, which win over these for its runs.
 
-More agents may be dropped in as `<AGENTFAST_AGENTS_DIR>/*.yaml` (default `var/agents.d/`),
-each with an `agents:` mapping only, names new: the playground writes the agents people
-compose on its page there.
+A run may also carry its own agent definition (Run.agent_config, the same keys as an
+entry under `agents:`): the playground's composed agents travel with their runs, so any
+worker on any machine can drive them.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,42 +84,34 @@ class Policy:
             raise ConfigError(f"unknown agent {name!r} (configured in {self.path}: {known})") from None
 
 
-_cache: dict[tuple[str, float, str, float], Policy] = {}
-
-
-def drop_in_dir() -> Path:
-    """Return the folder of drop-in agent files."""
-    return Path(os.environ.get("AGENTFAST_AGENTS_DIR") or Path(settings.VAR_DIR) / "agents.d")
+_cache: dict[tuple[str, float], Policy] = {}
 
 
 def get_policy() -> Policy:
-    """Return the policy of the configured file and the drop-ins, re-read when either changes."""
+    """Return the policy of the configured file, re-read when the file changes."""
     path = Path(os.environ.get("AGENTFAST_CONFIG") or settings.AGENTFAST_CONFIG)
     try:
         mtime = path.stat().st_mtime
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
-    folder = drop_in_dir()
-    try:
-        folder_mtime = folder.stat().st_mtime  # drop-ins are added whole (a rename), never edited
-    except OSError:
-        folder_mtime = 0.0
-    key = (str(path), mtime, str(folder), folder_mtime)
+    key = (str(path), mtime)
     if key not in _cache:
         _cache.clear()
-        _cache[key] = _with_drop_ins(load(path), folder)
+        _cache[key] = load(path)
     return _cache[key]
 
 
-def _with_drop_ins(policy: Policy, folder: Path) -> Policy:
-    agents = dict(policy.agents)
-    for path in sorted(folder.glob("*.yaml")):
-        extra = load(path)
-        _expect(not extra.tool_overrides, path, "tool_overrides", "give the agent its own tool_overrides instead")
-        for name, agent in extra.agents.items():
-            _expect(name not in agents, path, f"agents.{name}", "is defined already")
-            agents[name] = agent
-    return replace(policy, agents=agents)
+def agent_from_config(name: str, spec: Any) -> AgentSpec:
+    """Validate an agent defined for one run (the playground's), keyed like an agentfast.yaml entry."""
+    where = Path(f"<the agent of this run, {name}>")
+    agent = _agent(name, spec, where)
+    _check_tools_exist({name: agent}, {}, where)
+    return agent
+
+
+def agent_for(name: str, config: dict[str, Any] | None) -> AgentSpec:
+    """Return the agent a run uses: its own definition if it carries one, else the file's."""
+    return agent_from_config(name, config) if config is not None else get_policy().agent(name)
 
 
 def load(path: Path) -> Policy:

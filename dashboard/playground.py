@@ -6,9 +6,9 @@ auto_resume off, so no worker races it), then POSTs /api/runs/{id}/resume with
 and streams again from the last seq it rendered. Runs started here carry a created_by
 of "<user> (playground)", which is how the page finds your recent ones.
 
-An agent composed on the page (system prompt, tools and their risk, model) becomes a
-drop-in agent file (agents.policy.drop_in_dir()), named after a hash of its settings, so
-the same settings make the same agent and any process of this machine can drive its runs.
+An agent composed on the page (system prompt, tools and their risk, model) travels with its
+run (Run.agent_config), so any worker can drive it; it is named after a hash of its
+settings, so runs of the same settings carry the same name.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import json
 import os
 from typing import Any
 
-import yaml
 from django import forms
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -33,9 +32,7 @@ from agents.policy import (
     AgentSpec,
     ConfigError,
     ToolPolicy,
-    drop_in_dir,
     get_policy,
-    parse,
 )
 from agents.services.approvals import MAX_TEXT_CHARS
 from agents.services.runs import MAX_INPUT_CHARS
@@ -137,40 +134,30 @@ def run_create(request: HttpRequest) -> JsonResponse:
     form = RunForm(request.POST, agents=agents)
     if not form.is_valid():
         return _invalid(form)
-    agent = form.cleaned_data["agent"]
+    agent, agent_config = form.cleaned_data["agent"], None
     if agent == COMPOSE:
         composed = AgentForm(request.POST)
         if not composed.is_valid():
             return _invalid(composed)
-        agent = agent_define(composed.spec())
+        agent_config = composed.spec()
+        agent = composed_name(agent_config)
     try:
         run = services.run_create(
-            agent=agent, input=form.cleaned_data["input"], created_by=creator(request), auto_resume=False, enqueue=False
+            agent=agent,
+            agent_config=agent_config,
+            input=form.cleaned_data["input"],
+            created_by=creator(request),
+            auto_resume=False,
+            enqueue=False,
         )
     except services.InvalidInput as exc:
         return JsonResponse({"error_code": exc.code, "message": exc.message, **exc.details}, status=400)
     return JsonResponse({"run": serializers.run_summary(run)}, status=201)
 
 
-def agent_define(spec: dict[str, Any]) -> str:
-    """Write a composed agent as a drop-in file (once per distinct spec); return its name.
-
-    The file is checked like agentfast.yaml before it lands, and lands whole (a rename), so
-    a process reading the folder never sees half of it.
-    """
-    name = COMPOSED + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-    folder = drop_in_dir()
-    path = folder / f"{name}.yaml"
-    if not path.exists():
-        document = {"agents": {name: spec}}
-        parse(document, path)  # ConfigError here is our bug, not the user's: let it surface
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f".{name}.{os.getpid()}.partial"
-        partial.write_text(
-            "# Composed in the playground; named after a hash of its settings.\n" + yaml.safe_dump(document)
-        )
-        os.replace(partial, path)
-    return name
+def composed_name(spec: dict[str, Any]) -> str:
+    """Name a composed agent after its settings, so runs of the same settings group together."""
+    return COMPOSED + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _invalid(form: forms.Form) -> JsonResponse:
@@ -204,5 +191,4 @@ def _agents() -> tuple[list[AgentSpec], str]:
         policy = get_policy()
     except ConfigError as exc:
         return [], str(exc)
-    configured = [agent for agent in policy.agents.values() if not agent.name.startswith(COMPOSED)]
-    return sorted(configured, key=lambda agent: agent.name), ""
+    return sorted(policy.agents.values(), key=lambda agent: agent.name), ""

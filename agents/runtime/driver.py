@@ -27,7 +27,7 @@ from django.utils import timezone
 from agents import events, ids, services
 from agents.llm import AssistantTurn, DeltaSink, ModelError, ProposedCall, get_model
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
-from agents.policy import ConfigError, get_policy
+from agents.policy import ConfigError, agent_for, get_policy
 from agents.runtime import execution, outputs
 from agents.runtime.history import model_messages
 from agents.services import LeaseLost, PlannedCall
@@ -137,7 +137,7 @@ class _Driver:
         self.owner = owner
         self.on_delta = on_delta
         self.stream = stream
-        self.agent = get_policy().agent(run.agent)
+        self.agent = agent_for(run.agent, run.agent_config)
         self.tools: dict[str, Tool] = {name: registry.tools[name] for name in self.agent.tools}
         self.steps = run.steps
         self.messages: list[Message] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 from agents import events, ids, queue
 from agents.models import Approval, Message, Run, RunEvent
-from agents.policy import ConfigError, get_policy
+from agents.policy import ConfigError, agent_for
 from agents.services.errors import InvalidInput, LeaseLost, NotFound, WrongState
 
 MAX_INPUT_CHARS = 100_000
@@ -37,19 +38,36 @@ def lease_expiry(ttl: float | None = None) -> datetime:
     return timezone.now() + timedelta(seconds=ttl if ttl is not None else settings.AGENTFAST_LEASE_SECONDS)
 
 
-def run_create(*, agent: str, input: str, created_by: str = "", auto_resume: bool = True, enqueue: bool = True) -> Run:
-    """Create a queued run with its user message and, unless told not to, enqueue it."""
+def run_create(
+    *,
+    agent: str,
+    input: str,
+    created_by: str = "",
+    auto_resume: bool = True,
+    enqueue: bool = True,
+    agent_config: dict[str, Any] | None = None,
+) -> Run:
+    """Create a queued run with its user message and, unless told not to, enqueue it.
+
+    With `agent_config` the run carries its own agent definition (validated like an
+    agentfast.yaml entry) instead of naming a configured one.
+    """
     try:
-        get_policy().agent(agent)
+        agent_for(agent, agent_config)
     except ConfigError as exc:
-        raise InvalidInput(str(exc), field="agent") from None
+        raise InvalidInput(str(exc), field="agent_config" if agent_config is not None else "agent") from None
     if not input.strip():
         raise InvalidInput("the prompt is empty", field="input")
     if len(input) > MAX_INPUT_CHARS:
         raise InvalidInput(f"the prompt is longer than {MAX_INPUT_CHARS} characters", field="input")
     with transaction.atomic():
         run = Run.objects.create(
-            id=ids.new_run_id(), agent=agent, input=input, created_by=created_by, auto_resume=auto_resume
+            id=ids.new_run_id(),
+            agent=agent,
+            agent_config=agent_config,
+            input=input,
+            created_by=created_by,
+            auto_resume=auto_resume,
         )
         Message.objects.create(run=run, seq=1, role=Message.Role.USER, content=input)
         if enqueue:
@@ -69,7 +87,7 @@ def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | Non
         UPDATE {_RUN} SET status = %s, lease_owner = %s, lease_expires_at = %s, updated_at = %s
         WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
           AND (status IN (%s, %s) OR (status = %s AND NOT EXISTS ({_PENDING_SUSPEND})))
-        RETURNING agent, steps, input, auto_resume"""
+        RETURNING agent, steps, input, auto_resume, agent_config IS NOT NULL"""
     params = [
         Run.Status.RUNNING,
         owner,
@@ -87,10 +105,13 @@ def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | Non
         row = cursor.fetchone()
     if row is None:
         return None
-    agent, steps, prompt, auto_resume = row
+    agent, steps, prompt, auto_resume, has_own_agent = row
+    # Most runs name a configured agent: read the JSON definition only for those that carry one.
+    agent_config = Run.objects.values_list("agent_config", flat=True).get(pk=run_id) if has_own_agent else None
     return Run(
         id=run_id,
         agent=agent,
+        agent_config=agent_config,
         steps=steps,
         input=prompt,
         auto_resume=bool(auto_resume),

@@ -12,7 +12,6 @@ from django.utils import timezone
 from agents.models import ApiToken
 from agents.services.errors import InvalidInput, NotFound
 
-
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 

@@ -372,3 +372,23 @@ def test_it_answers_anything_else_with_what_it_can_do(db):
     assert run.status == Run.Status.COMPLETED
     assert "demo model" in run.output and "Refund order A1001" in run.output
     assert not ToolCall.objects.filter(run=run).exists()
+
+
+def test_it_drives_a_run_that_carries_its_own_agent(db):
+    config = {"model": "demo", "tools": ["lookup_order", "refund_request"], "tool_overrides": {"refund_request": {"risk": "low"}}}
+    run = services.run_create(agent="one-off", input=REFUND, agent_config=config, enqueue=False)
+
+    run = resume(run)
+
+    assert run.status == Run.Status.COMPLETED  # its own rules: the refund ran without asking
+    assert not Approval.objects.exists()
+    assert SideEffect.objects.get().arguments == {"order_id": "A1001", "amount_cents": 2500}
+
+
+def test_it_refuses_a_run_whose_own_agent_is_invalid(db):
+    with pytest.raises(services.InvalidInput, match="unknown tool 'nope'"):
+        services.run_create(agent="one-off", input=REFUND, agent_config={"tools": ["nope"]}, enqueue=False)
+    with pytest.raises(services.InvalidInput, match="max_steps"):
+        services.run_create(agent="one-off", input=REFUND, agent_config={"max_steps": 0}, enqueue=False)
+
+    assert not Run.objects.exists()

@@ -4,7 +4,6 @@ streaming to its final answer in the same view. No worker runs: the page drives 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -17,14 +16,6 @@ from tests.dashboard.conftest import XSS
 pytestmark = pytest.mark.browser
 
 REFUND = "Refund order A1001 for 25.00 USD"
-
-
-@pytest.fixture(autouse=True)
-def agents_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Agents composed on the page land here; set before the server starts, which inherits it."""
-    folder = tmp_path / "agents.d"
-    monkeypatch.setenv("AGENTFAST_AGENTS_DIR", str(folder))
-    return folder
 
 
 def raw_log(viewer: Viewer) -> list[tuple[str, str]]:
@@ -92,7 +83,7 @@ def test_it_shows_model_and_tool_text_as_text(viewer: Callable[..., Viewer], ali
     assert seen.errors == [] and seen.dialogs == []
 
 
-def test_it_runs_an_agent_composed_on_the_page(viewer: Callable[..., Viewer], alice: User, agents_dir: Path) -> None:
+def test_it_runs_an_agent_composed_on_the_page(viewer: Callable[..., Viewer], alice: User) -> None:
     seen = viewer("alice", path="/playground/")
     page = seen.page
     page.select_option("#pg-agent", label="Compose an agent…")
@@ -109,5 +100,5 @@ def test_it_runs_an_agent_composed_on_the_page(viewer: Callable[..., Viewer], al
     expect(page.locator(".pg-approval")).to_have_count(0)
     run = Run.objects.get()
     assert run.agent.startswith("playground-")
-    assert (agents_dir / f"{run.agent}.yaml").exists()
+    assert run.agent_config["tool_overrides"]["refund_request"]["risk"] == "low"
     assert seen.errors == [] and seen.dialogs == []
