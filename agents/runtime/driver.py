@@ -114,18 +114,26 @@ class _LeaseKeeper:
                 self._pid = os.getpid()
 
     def _renew_forever(self) -> None:
+        # Nothing may end this loop: a dead keeper would let every slow run lose its lease.
         while True:
             time.sleep(settings.AGENTFAST_LEASE_SECONDS / 3)
             with self._lock:
                 held = list(self._leases.items())
-            for owner, run_id in held:
-                try:
-                    services.run_renew_lease(run_id=run_id, owner=owner)
-                except LeaseLost:
-                    pass  # finished or suspended meanwhile: given up on purpose
-                except Exception:  # noqa: BLE001 — a missed renewal is retried next round
-                    logger.warning("could not renew the lease of %s", run_id, exc_info=True)
+            if held:
+                self._renew(held)
+
+    def _renew(self, held: list[tuple[str, str]]) -> None:
+        for owner, run_id in held:
+            try:
+                services.run_renew_lease(run_id=run_id, owner=owner)
+            except LeaseLost:
+                pass  # finished or suspended meanwhile: given up on purpose
+            except Exception:  # noqa: BLE001 — a missed renewal is retried next round
+                logger.warning("could not renew the lease of %s", run_id, exc_info=True)
+        try:
             close_old_connections()
+        except Exception:  # noqa: BLE001 — a broken connection is replaced next round
+            logger.debug("could not close this thread's old connections", exc_info=True)
 
 
 _lease_keeper = _LeaseKeeper()

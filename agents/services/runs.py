@@ -34,6 +34,12 @@ def pending_suspend_approvals() -> Exists:
     )
 
 
+def _db_time(value: datetime) -> object:
+    # Raw statements get datetimes in the form the ORM stores them (SQLite keeps text), so
+    # rows written both ways compare alike.
+    return connection.ops.adapt_datetimefield_value(value)
+
+
 def lease_expiry(ttl: float | None = None) -> datetime:
     return timezone.now() + timedelta(seconds=ttl if ttl is not None else settings.AGENTFAST_LEASE_SECONDS)
 
@@ -82,7 +88,7 @@ def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | Non
     gets the run (invariant 5). A suspended run is only leased once no suspend approval of
     it is pending. One statement, which returns what the driver needs.
     """
-    now = timezone.now()
+    now = _db_time(timezone.now())
     sql = f"""
         UPDATE {_RUN} SET status = %s, lease_owner = %s, lease_expires_at = %s, updated_at = %s
         WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
@@ -91,7 +97,7 @@ def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | Non
     params = [
         Run.Status.RUNNING,
         owner,
-        lease_expiry(ttl),
+        _db_time(lease_expiry(ttl)),
         now,
         run_id,
         now,
@@ -137,12 +143,12 @@ def run_write(
     run that has not ended (a failure recorded from outside a drive).
     """
     sets = ["updated_at = %s", "last_event_seq = last_event_seq + %s"]
-    params: list[object] = [timezone.now(), events]
+    params: list[object] = [_db_time(timezone.now()), events]
     if release:
         sets += ["lease_owner = ''", "lease_expires_at = NULL"]
     else:
         sets.append("lease_expires_at = %s")
-        params.append(lease_expiry())
+        params.append(_db_time(lease_expiry()))
     if add_steps:
         sets.append("steps = steps + %s")
         params.append(add_steps)
@@ -179,7 +185,7 @@ def run_suspend(*, run_id: str, owner: str) -> bool:
         UPDATE {_RUN} SET status = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s
         WHERE id = %s AND lease_owner = %s AND EXISTS ({_PENDING_SUSPEND})"""
     with connection.cursor() as cursor:
-        cursor.execute(sql, [Run.Status.SUSPENDED, timezone.now(), run_id, owner, *_PENDING_SUSPEND_PARAMS])
+        cursor.execute(sql, [Run.Status.SUSPENDED, _db_time(timezone.now()), run_id, owner, *_PENDING_SUSPEND_PARAMS])
         if cursor.rowcount:
             return True
     run_renew_lease(run_id=run_id, owner=owner)  # still ours: keep driving

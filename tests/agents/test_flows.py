@@ -375,7 +375,11 @@ def test_it_answers_anything_else_with_what_it_can_do(db):
 
 
 def test_it_drives_a_run_that_carries_its_own_agent(db):
-    config = {"model": "demo", "tools": ["lookup_order", "refund_request"], "tool_overrides": {"refund_request": {"risk": "low"}}}
+    config = {
+        "model": "demo",
+        "tools": ["lookup_order", "refund_request"],
+        "tool_overrides": {"refund_request": {"risk": "low"}},
+    }
     run = services.run_create(agent="one-off", input=REFUND, agent_config=config, enqueue=False)
 
     run = resume(run)

@@ -183,6 +183,12 @@ def _handler_for(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             reply = server._answer(body)
             if reply.delay:
                 time.sleep(reply.delay)
+            try:
+                self._reply(body, reply)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client went away (a killed worker, a timeout): nobody to answer
+
+        def _reply(self, body: dict[str, Any], reply: Reply) -> None:
             if reply.raw_body is not None:
                 self._raw(reply.status, reply.raw_body)
             elif reply.status != 200:
