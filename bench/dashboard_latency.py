@@ -32,23 +32,12 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from bench import setup
+from tests.support.processes import CHROMIUM, CHROMIUM_ARGS
 
 VAR_DIR = setup.ROOT / "var" / "bench-dashboard"
-CHROMIUM = Path(os.environ.get("AGENTFAST_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 REVIEWER, PASSWORD = "bench-reviewer", "bench-reviewer-password"
 CALL_ID = "call_1_1"  # the demo model's first call: the bench agent's send_email
 

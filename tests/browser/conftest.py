@@ -30,19 +30,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import child_env
-from tests.support.processes import ROOT, Daphne
+from tests.support.processes import CHROMIUM, CHROMIUM_ARGS, ROOT, Daphne
 
-CHROMIUM = Path(os.environ.get("AGENTFAST_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 
 

@@ -1,4 +1,4 @@
-"""The project's real server processes, for tests and benchmarks: a Celery worker, daphne.
+"""The project's real server processes, for tests and benchmarks: a Celery worker, daphne (and how to launch Chromium).
 
 Each runs in its own process group, so `kill()` takes it down whole (SIGKILL, as a crash
 or an OOM kill would) and `stop()` asks politely first. The caller passes the environment
@@ -17,6 +17,20 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# Debian's Chromium, driven by Playwright (never a browser Playwright downloads). Without the
+# background-networking flags it keeps trying hosts a closed network refuses.
+CHROMIUM = Path(os.environ.get("AGENTFAST_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def free_port() -> int:
