@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Max, Q
@@ -59,7 +59,7 @@ def sweep() -> SweepReport:
     return report
 
 
-def _stranded_runs(now: object, grace: object) -> list[str]:
+def _stranded_runs(now: datetime, grace: datetime) -> list[str]:
     """Return runs that should be moving and are not.
 
     - running with an expired lease: its worker died mid-step;

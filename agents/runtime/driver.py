@@ -245,35 +245,34 @@ class _Driver:
 
     def _plan(self, call_id: str, proposed: ProposedCall) -> PlannedCall:
         """Classify a proposed call: an error told at once, a low-risk call, or a gated one."""
-        failed = ToolCall.Status.FAILED
+
+        def refused(name: str, arguments: Any, code: str, message: str) -> PlannedCall:
+            output = outputs.error(code, message)
+            return PlannedCall(
+                call_id=call_id,
+                name=name,
+                arguments=_as_object(arguments),
+                status=ToolCall.Status.FAILED,
+                output=output,
+            )
+
         try:
             arguments = json.loads(proposed.arguments or "{}")
         except ValueError as exc:
-            output = outputs.error("INVALID_ARGUMENTS", f"the arguments are not valid JSON ({exc}); send a JSON object")
-            return PlannedCall(call_id=call_id, name=proposed.name, arguments=None, status=failed, output=output)
+            message = f"the arguments are not valid JSON ({exc}); send a JSON object"
+            return refused(proposed.name, None, "INVALID_ARGUMENTS", message)
         tool = self.tools.get(proposed.name)
         if tool is None:
             available = ", ".join(self.tools) or "none"
-            output = outputs.error("UNKNOWN_TOOL", f"there is no tool named {proposed.name!r}; available: {available}")
-            return PlannedCall(
-                call_id=call_id, name=proposed.name[:100], arguments=_as_object(arguments), status=failed, output=output
-            )
+            message = f"there is no tool named {proposed.name!r}; available: {available}"
+            return refused(proposed.name[:100], arguments, "UNKNOWN_TOOL", message)
         try:
             # Checks before asking: a call that cannot succeed never reaches a person.
             tool.check_arguments(tool.validate(arguments))
         except InvalidArguments as exc:
-            output = outputs.error("INVALID_ARGUMENTS", exc.message)
-            return PlannedCall(
-                call_id=call_id, name=tool.name, arguments=_as_object(arguments), status=failed, output=output
-            )
+            return refused(tool.name, arguments, "INVALID_ARGUMENTS", exc.message)
         except ToolError as exc:
-            return PlannedCall(
-                call_id=call_id,
-                name=tool.name,
-                arguments=arguments,
-                status=failed,
-                output=outputs.error(exc.code, exc.message),
-            )
+            return refused(tool.name, arguments, exc.code, exc.message)
         policy = get_policy().tool_policy(tool.name, agent=self.agent)
         if not policy.gated:
             return PlannedCall(call_id=call_id, name=tool.name, arguments=arguments, status=ToolCall.Status.PROPOSED)
@@ -310,18 +309,14 @@ class _Driver:
     def _settle(self, call: ToolCall) -> bool:
         """Bring one call to an output the model can read; return True if it waits on a person."""
         approval = self.approvals.get(call.pk)
-        if call.result is not None:
-            self._finish(call, call.status, call.result, call.executed_arguments)
-        elif call.executed_at is not None or call.status == ToolCall.Status.IN_DOUBT:
-            self._in_doubt(call)
+        if call.result is not None or call.executed_at is not None or call.status == ToolCall.Status.IN_DOUBT:
+            self._from_claim(call)
         elif approval is None:
             return self._execute(call, None)
         elif approval.status == Approval.Status.PENDING:
             return approval.mode == Approval.Mode.SUSPEND
-        elif approval.status == Approval.Status.REJECTED:
-            self._finish(call, ToolCall.Status.REJECTED, outputs.rejected(call.name, approval.note))
-        elif approval.status == Approval.Status.EXPIRED:
-            self._finish(call, ToolCall.Status.REJECTED, outputs.expired(call.name, approval.note))
+        elif approval.status in (Approval.Status.REJECTED, Approval.Status.EXPIRED):
+            self._finish(call, ToolCall.Status.REJECTED, outputs.declined(call.name, approval.status, approval.note))
         else:
             return self._execute(call, approval)
         return False
@@ -341,10 +336,7 @@ class _Driver:
         if claimed_at is None:
             # Someone else holds the claim: reuse their result, never run the effect again.
             call.refresh_from_db()
-            if call.result is None:
-                self._in_doubt(call)
-            else:
-                self._finish(call, call.status, call.result, call.executed_arguments)
+            self._from_claim(call)
             return False
         try:
             status, output = execution.invoke(tool, execution.context(call, approval), arguments)
@@ -359,9 +351,12 @@ class _Driver:
         self._finish(call, status, output, arguments)
         return False
 
-    def _in_doubt(self, call: ToolCall) -> None:
-        services.toolcall_mark_in_doubt(tool_call=call)
-        self._finish(call, ToolCall.Status.IN_DOUBT, outputs.in_doubt(call.name), call.executed_arguments)
+    def _from_claim(self, call: ToolCall) -> None:
+        """Answer a call that was claimed before: its memoized result, or in doubt if it has none."""
+        if call.result is not None:
+            self._finish(call, call.status, call.result, call.executed_arguments)
+        else:  # claimed by a driver that died before storing a result: never run it again
+            self._finish(call, ToolCall.Status.IN_DOUBT, outputs.in_doubt(call.name), call.executed_arguments)
 
     def _finish(
         self, call: ToolCall, status: str, output: dict[str, Any], executed: dict[str, Any] | None = None
@@ -370,14 +365,27 @@ class _Driver:
         services.toolcall_finish(
             owner=self.owner, tool_call=call, seq=seq, status=status, output=output, executed_arguments=executed
         )
+        self._remember(seq, Message.Role.TOOL, json.dumps(output), tool_call_id=call.call_id)
+
+    def _append(
+        self, role: str, content: str, *, tool_call_id: str = "", reports: list[ToolCall] | None = None
+    ) -> None:
+        seq = self._next_seq()
+        services.message_append(
+            owner=self.owner,
+            run_id=self.run.id,
+            seq=seq,
+            role=role,
+            content=content,
+            tool_call_id=tool_call_id,
+            reports=reports,
+        )
+        self._remember(seq, role, content, tool_call_id=tool_call_id)
+
+    def _remember(self, seq: int, role: str, content: str, *, tool_call_id: str = "") -> None:
+        """Keep a message just stored in the in-memory history the model reads next."""
         self.messages.append(
-            Message(
-                run_id=self.run.id,
-                seq=seq,
-                role=Message.Role.TOOL,
-                content=json.dumps(output),
-                tool_call_id=call.call_id,
-            )
+            Message(run_id=self.run.id, seq=seq, role=role, content=content, tool_call_id=tool_call_id)
         )
 
     def _append_feedback(self, step: int) -> None:
@@ -386,24 +394,7 @@ class _Driver:
         for call in (c for c in self.calls if c.step == step):
             approval = self.approvals.get(call.pk)
             if approval and approval.feedback and call.call_id not in given:
-                seq = self._next_seq()
-                services.message_append(
-                    owner=self.owner,
-                    run_id=self.run.id,
-                    seq=seq,
-                    role=Message.Role.USER,
-                    content=approval.feedback,
-                    tool_call_id=call.call_id,
-                )
-                self.messages.append(
-                    Message(
-                        run_id=self.run.id,
-                        seq=seq,
-                        role=Message.Role.USER,
-                        content=approval.feedback,
-                        tool_call_id=call.call_id,
-                    )
-                )
+                self._append(Message.Role.USER, approval.feedback, tool_call_id=call.call_id)
 
     def _report_deferred(self) -> None:
         """Tell the model, once, the outcome of deferred calls decided since it last spoke."""
@@ -417,11 +408,7 @@ class _Driver:
         content = "\n".join(
             f"Update on a deferred call: {c.name} ({c.call_id}) → {json.dumps(c.result)}" for c in reports
         )
-        seq = self._next_seq()
-        services.message_append(
-            owner=self.owner, run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content=content, reports=reports
-        )
-        self.messages.append(Message(run_id=self.run.id, seq=seq, role=Message.Role.SYSTEM, content=content))
+        self._append(Message.Role.SYSTEM, content, reports=reports)
 
 
 def _has_approval(call: ToolCall) -> bool:

@@ -60,10 +60,8 @@ def execute_deferred(tool_call_pk: int) -> str:
     if approval.status == Approval.Status.PENDING:
         return "still pending"
     if approval.status in (Approval.Status.REJECTED, Approval.Status.EXPIRED):
-        make = outputs.rejected if approval.status == Approval.Status.REJECTED else outputs.expired
-        services.toolcall_record_result(
-            tool_call=call, status=ToolCall.Status.REJECTED, output=make(call.name, approval.note)
-        )
+        output = outputs.declined(call.name, approval.status, approval.note)
+        services.toolcall_record_result(tool_call=call, status=ToolCall.Status.REJECTED, output=output)
         return approval.status
     tool = registry.get(call.name)
     if tool is None:

@@ -27,6 +27,11 @@ def expired(tool: str, note: str) -> dict[str, Any]:
     return error("APPROVAL_EXPIRED", f"No human decided on '{tool}' in time ({note}); it did not run.")
 
 
+def declined(tool: str, approval_status: str, note: str) -> dict[str, Any]:
+    """Return what the model reads for a call a person rejected or let expire."""
+    return expired(tool, note) if approval_status == "expired" else rejected(tool, note)
+
+
 def pending(tool: str, approval_id: str) -> dict[str, Any]:
     return {
         "ok": True,

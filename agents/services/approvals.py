@@ -85,18 +85,10 @@ def _after_decision(approval: Approval, attempt: Attempt, auto_resume: bool | No
         status=approval.status
     )
     _audit(approval, attempt, action=approval.status, outcome=AuditEntry.Outcome.DECIDED, detail=_detail(approval))
-    data = {
-        "approval_id": approval.id,
-        "tool": approval.tool,
-        "decision": approval.status,
-        "decided_by": approval.decided_by,
-        "note": approval.note,
-        "edited": approval.arguments is not None,
-    }
-    return _announce_and_unblock(approval, data, auto_resume)
+    return _announce_and_unblock(approval, auto_resume)
 
 
-def _announce_and_unblock(approval: Approval, data: dict[str, Any], auto_resume: bool | None) -> bool:
+def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
     """Publish the decision and enqueue what it makes possible; return whether a resume was enqueued.
 
     The event's seq is reserved with the run's status read under the run's row lock, so a
@@ -105,6 +97,14 @@ def _announce_and_unblock(approval: Approval, data: dict[str, Any], auto_resume:
     seq, run_status, run_auto_resume = events.reserve_returning(
         run_id=approval.run_id, count=1, columns=("status", "auto_resume")
     )
+    data = {
+        "approval_id": approval.id,
+        "tool": approval.tool,
+        "decision": approval.status,
+        "decided_by": approval.decided_by,
+        "note": approval.note,
+        "edited": approval.arguments is not None,
+    }
     events.record(run_id=approval.run_id, last_seq=seq, items=[(RunEvent.Type.APPROVAL_DECIDED, data)])
     if approval.mode == Approval.Mode.DEFER:
         queue.deferred_on_commit(approval.tool_call_id)
@@ -215,14 +215,7 @@ def approval_expire(*, approval: Approval, actor: str, reason: str, resume: bool
         )
         attempt = Attempt(actor=actor, source=AuditEntry.Source.SYSTEM)
         _audit(approval, attempt, action="expired", outcome=AuditEntry.Outcome.DECIDED, detail={"note": reason})
-        data = {
-            "approval_id": approval.id,
-            "tool": approval.tool,
-            "decision": "expired",
-            "decided_by": actor,
-            "note": reason,
-        }
-        _announce_and_unblock(approval, data, None if resume else False)
+        _announce_and_unblock(approval, None if resume else False)
     return True
 
 

@@ -71,21 +71,15 @@ def step_open(
     items: list[tuple[str, dict[str, Any]]] = []
     if content:
         items.append((RunEvent.Type.MESSAGE, {"seq": seq, "role": "assistant", "content": content}))
-    for call in calls:
-        data = {"call_id": call.call_id, "tool": call.name, "arguments": call.arguments}
+    for call, row in zip(calls, rows, strict=True):
         if call.hitl_mode:
-            data.update(approval_id=ids.approval_id(run_id, call.call_id), mode=call.hitl_mode, request=call.request)
-            if suspend:
-                data["run_status"] = Run.Status.SUSPENDED
-            items.append((RunEvent.Type.APPROVAL_REQUIRED, data))
+            items.append(_approval_required(row, request=call.request, suspended=suspend))
         else:
-            items.append((RunEvent.Type.TOOL_CALL, data))
-    for call in calls:
+            items.append((RunEvent.Type.TOOL_CALL, _call_data(row)))
+    for call, row in zip(calls, rows, strict=True):
         if call.output is not None:
             messages.append(_tool_message(run_id, call.call_id, seq=seq + len(messages), output=call.output))
-            items.append(
-                (RunEvent.Type.TOOL_RESULT, {"call_id": call.call_id, "tool": call.name, "output": call.output})
-            )
+            items.append(_result_event(row, call.output))
     status = {"status": Run.Status.SUSPENDED} if suspend else {}
     with transaction.atomic():
         last = run_write(run_id=run_id, owner=owner, events=len(items), release=suspend, add_steps=1, **status)
@@ -114,6 +108,24 @@ def _approval(call: ToolCall, *, mode: str, request: dict[str, Any] | None, expi
 
 def _tool_message(run_id: str, call_id: str, *, seq: int, output: dict[str, Any]) -> Message:
     return Message(run_id=run_id, seq=seq, role=Message.Role.TOOL, content=json.dumps(output), tool_call_id=call_id)
+
+
+def _call_data(call: ToolCall) -> dict[str, Any]:
+    return {"call_id": call.call_id, "tool": call.name, "arguments": call.arguments}
+
+
+def _approval_required(
+    call: ToolCall, *, request: dict[str, Any] | None, suspended: bool
+) -> tuple[str, dict[str, Any]]:
+    data = {
+        **_call_data(call),
+        "approval_id": ids.approval_id(call.run_id, call.call_id),
+        "mode": call.hitl_mode,
+        "request": request,
+    }
+    if suspended:
+        data["run_status"] = Run.Status.SUSPENDED
+    return RunEvent.Type.APPROVAL_REQUIRED, data
 
 
 def _result_event(call: ToolCall, output: dict[str, Any], **extra: Any) -> tuple[str, dict[str, Any]]:
@@ -160,10 +172,8 @@ def toolcall_record_result(
             status=status, result=output, executed_arguments=executed_arguments
         )
         if stored:
-            event = _result_event(tool_call, output, deferred=True)
-            events.record(
-                run_id=tool_call.run_id, last_seq=events.reserve(run_id=tool_call.run_id, count=1), items=[event]
-            )
+            type, data = _result_event(tool_call, output, deferred=True)
+            events.publish(run_id=tool_call.run_id, type=type, data=data)
     return bool(stored)
 
 
@@ -175,17 +185,16 @@ def toolcall_ask(
     The tool asked before doing anything, so its claim is handed back: it runs once, later,
     with the reviewer's answer.
     """
-    mode = Approval.Mode.SUSPEND
-    data = {"call_id": tool_call.call_id, "tool": tool_call.name, "arguments": tool_call.arguments}
-    data.update(approval_id=ids.approval_id(tool_call.run_id, tool_call.call_id), mode=mode, request=request)
+    tool_call.hitl_mode = Approval.Mode.SUSPEND
     with transaction.atomic():
         last = run_write(run_id=tool_call.run_id, owner=owner, events=1)
         ToolCall.objects.filter(pk=tool_call.pk, executed_at=claimed_at).update(
-            executed_at=None, status=ToolCall.Status.AWAITING_APPROVAL, hitl_mode=mode
+            executed_at=None, status=ToolCall.Status.AWAITING_APPROVAL, hitl_mode=tool_call.hitl_mode
         )
-        approval = _approval(tool_call, mode=mode, request=request, expires_at=expires_at)
+        approval = _approval(tool_call, mode=tool_call.hitl_mode, request=request, expires_at=expires_at)
         approval.save(force_insert=True)
-        events.record(run_id=tool_call.run_id, last_seq=last, items=[(RunEvent.Type.APPROVAL_REQUIRED, data)])
+        event = _approval_required(tool_call, request=request, suspended=False)
+        events.record(run_id=tool_call.run_id, last_seq=last, items=[event])
     return approval
 
 
