@@ -1,0 +1,158 @@
+"""Untrusted text: one place that decides what may be stored, for every entry point.
+
+Text reaches agentfast from reviewers (forms, API, CLI), from models (content, tool-call
+JSON) and from tools (results). Some of it cannot be stored or shown safely:
+
+- a lone surrogate (``"\\ud800"``, which JSON escapes can carry) cannot be encoded as
+  UTF-8, so a page, a CSV line or an SSE frame holding it fails to render;
+- NUL is refused by PostgreSQL text columns;
+- NaN and Infinity are not JSON, and browsers' JSON.parse rejects them;
+- JSON nested thousands deep overflows Python's recursion limit on every later read.
+
+People's input is refused with a message naming the field (`require_clean`,
+`loads_strict`); what models and tools produce is repaired (`repair`), because refusing
+it would lose a run. Either way, what is stored is always valid text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+REPLACEMENT = "\ufffd"
+MAX_DEPTH = 32  # nesting of JSON values; tool arguments need a handful
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
+class UnsafeText(ValueError):
+    """Input that cannot be stored as it is; the message says what and where."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+def problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
+    """Return what is wrong with a string or a JSON-like value, or None if it may be stored."""
+    stack: list[tuple[Any, int, str]] = [(value, 0, "")]
+    while stack:
+        item, depth, where = stack.pop()
+        if depth > max_depth:
+            return f"nested deeper than {max_depth} levels{_at(where)}"
+        if isinstance(item, str):
+            bad = _BAD_CHARS.search(item)
+            if bad:
+                return f"{_describe(bad.group())}{_at(where)}"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"{item!r} is not a JSON number{_at(where)}"
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                key_problem = problem(key, max_depth=0) if isinstance(key, str) else None
+                if key_problem:
+                    return f"a key {key_problem}{_at(where)}"
+                stack.append((child, depth + 1, f"{where}.{key}" if where else str(key)))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1, f"{where}[{index}]") for index, child in enumerate(item))
+    return None
+
+
+def require_clean(value: Any, *, field: str) -> Any:
+    """Return a person's input unchanged, or raise UnsafeText naming the field and the problem."""
+    found = problem(value)
+    if found:
+        raise UnsafeText(f"{field}: {found}", field=field)
+    return value
+
+
+def repair(value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Return a copy that can always be stored and shown: bad characters become U+FFFD.
+
+    NaN and Infinity become None; containers deeper than `max_depth` become the text
+    "(nested too deep)". For model output and tool results, which must never be lost.
+    """
+    return _repair(value, 0, max_depth)
+
+
+def _repair(value: Any, depth: int, max_depth: int) -> Any:
+    if isinstance(value, str):
+        return _BAD_CHARS.sub(REPLACEMENT, value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict | list | tuple) and depth >= max_depth:
+        return "(nested too deep)"
+    if isinstance(value, dict):
+        return {_repair(str(k), depth, max_depth): _repair(v, depth + 1, max_depth) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_repair(item, depth + 1, max_depth) for item in value]
+    return value
+
+
+def loads_strict(text: str, *, field: str, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse a person's JSON; raise UnsafeText for bad JSON, NaN/Infinity, bad characters, deep nesting."""
+    if _nesting(text) > max_depth:
+        raise UnsafeText(f"{field}: nested deeper than {max_depth} levels", field=field)
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except _Constant as exc:
+        raise UnsafeText(f"{field}: {exc.args[0]} is not a JSON number", field=field) from None
+    except (ValueError, RecursionError) as exc:
+        raise UnsafeText(f"{field}: not valid JSON ({exc})", field=field) from None
+    return require_clean(value, field=field)
+
+
+def loads_lenient(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse a model's JSON and repair what cannot be stored; raise ValueError if it is not JSON."""
+    if _nesting(text) > max_depth:
+        raise ValueError(f"nested deeper than {max_depth} levels")
+    try:
+        return repair(json.loads(text), max_depth=max_depth)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {max_depth} levels") from None
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """Serialize for display or storage; never fails on what `repair` returns."""
+    return json.dumps(repair(value), ensure_ascii=False, allow_nan=False, default=str, **kwargs)
+
+
+class _Constant(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Constant(name)
+
+
+def _nesting(text: str) -> int:
+    """Return the deepest bracket nesting of JSON text, ignoring brackets inside strings (cheap, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _describe(char: str) -> str:
+    if char == "\x00":
+        return "contains a NUL character"
+    return f"contains a lone surrogate (U+{ord(char):04X}), which is not valid text"
+
+
+def _at(where: str) -> str:
+    return f" (at {where})" if where else ""
