@@ -1,0 +1,228 @@
+"""The JSON shapes of runs, approvals and effects: one definition for the CLI's --json and the API.
+
+Each shape is a pydantic model built from the rows (`ApprovalDetail.of(approval)`); the CLI
+prints `model_dump(mode="json")`, and the API names the same classes as its response
+schemas, so OpenAPI documents exactly what both print. Stored text is repaired on the way
+out (agents.text), so a row written by an older version can always be shown.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Self
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer
+
+from agents import text
+from agents.models import Approval, Message, Run, SideEffect, ToolCall
+
+# Stored JSON may predate the text rules: repair it rather than fail to show it.
+Json = Annotated[Any, BeforeValidator(text.repair)]
+JsonObject = Annotated[dict[str, Any] | None, BeforeValidator(text.repair)]
+# ISO 8601 as datetime.isoformat() writes it ("+00:00"), which scripts already parse.
+Timestamp = Annotated[datetime | None, PlainSerializer(lambda value: value.isoformat() if value else None)]
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the shape as plain JSON types (what the CLI prints and the API sends)."""
+        return self.model_dump(mode="json")
+
+
+class ApprovalSummary(_Shape):
+    id: str
+    run_id: str
+    tool: str
+    arguments: JsonObject
+    mode: str
+    status: str
+    created_at: Timestamp
+
+    @classmethod
+    def of(cls, approval: Approval) -> Self:
+        return cls(**_approval_summary(approval))
+
+
+class ApprovalDetail(ApprovalSummary):
+    agent: str
+    request: JsonObject
+    decided_by: str | None
+    decided_at: Timestamp
+    note: str
+    feedback: str
+    edited_arguments: JsonObject
+    payload: JsonObject
+    expires_at: Timestamp
+
+    @classmethod
+    def of(cls, approval: Approval) -> Self:
+        return cls(**_approval_detail(approval))
+
+
+class Decision(ApprovalDetail):
+    """What deciding answers: the approval as it now stands, and what the decision did."""
+
+    outcome: str
+    resume_enqueued: bool
+
+    @classmethod
+    def of_decision(cls, approval: Approval, *, outcome: str, resume_enqueued: bool) -> Self:
+        return cls(**_approval_detail(approval), outcome=outcome, resume_enqueued=resume_enqueued)
+
+
+class MessageShape(_Shape):
+    seq: int
+    role: str
+    content: str
+    tool_calls: Annotated[list[dict[str, Any]] | None, BeforeValidator(text.repair)]
+    tool_call_id: str | None
+
+    @classmethod
+    def of(cls, message: Message) -> Self:
+        return cls(
+            seq=message.seq,
+            role=message.role,
+            content=message.content,
+            tool_calls=message.tool_calls,
+            tool_call_id=message.tool_call_id or None,
+        )
+
+
+class ToolCallShape(_Shape):
+    call_id: str
+    name: str
+    arguments: JsonObject
+    status: str
+    executed_at: Timestamp
+    executed_arguments: JsonObject
+    result: JsonObject
+    in_doubt: bool
+
+    @classmethod
+    def of(cls, call: ToolCall) -> Self:
+        return cls(
+            call_id=call.call_id,
+            name=call.name,
+            arguments=call.arguments,
+            status=call.status,
+            executed_at=call.executed_at,
+            executed_arguments=call.executed_arguments,
+            result=call.result,
+            in_doubt=call.in_doubt,
+        )
+
+
+class RunApproval(_Shape):
+    id: str
+    tool: str
+    mode: str
+    status: str
+    decided_by: str | None
+    note: str
+
+    @classmethod
+    def of(cls, approval: Approval) -> Self:
+        return cls(
+            id=approval.id,
+            tool=approval.tool,
+            mode=approval.mode,
+            status=approval.status,
+            decided_by=approval.decided_by or None,
+            note=approval.note,
+        )
+
+
+class RunSummary(_Shape):
+    id: str
+    agent: str
+    status: str
+    input: str
+    created_at: Timestamp
+
+    @classmethod
+    def of(cls, run: Run) -> Self:
+        return cls(**_run_summary(run))
+
+
+class RunDetail(RunSummary):
+    auto_resume: bool
+    created_by: str
+    updated_at: Timestamp
+    lease_owner: str | None
+    lease_expires_at: Timestamp
+    output: str
+    error: str
+    messages: list[MessageShape]
+    tool_calls: list[ToolCallShape]
+    approvals: list[RunApproval]
+
+    @classmethod
+    def of(cls, run: Run) -> Self:
+        return cls(
+            **_run_summary(run),
+            auto_resume=run.auto_resume,
+            created_by=run.created_by,
+            updated_at=run.updated_at,
+            lease_owner=run.lease_owner or None,
+            lease_expires_at=run.lease_expires_at,
+            output=run.output,
+            error=run.error,
+            messages=[MessageShape.of(m) for m in run.messages.order_by("seq")],
+            tool_calls=[ToolCallShape.of(c) for c in run.tool_calls.order_by("step", "id")],
+            approvals=[RunApproval.of(a) for a in run.approvals.order_by("created_at")],
+        )
+
+
+class SideEffectShape(_Shape):
+    tool: str
+    idempotency_key: str
+    arguments: JsonObject
+    created_at: Timestamp
+
+    @classmethod
+    def of(cls, effect: SideEffect) -> Self:
+        return cls(
+            tool=effect.tool,
+            idempotency_key=effect.idempotency_key,
+            arguments=effect.arguments,
+            created_at=effect.created_at,
+        )
+
+
+def _approval_summary(approval: Approval) -> dict[str, Any]:
+    return {
+        "id": approval.id,
+        "run_id": approval.run_id,
+        "tool": approval.tool,
+        "arguments": approval.tool_call.arguments,
+        "mode": approval.mode,
+        "status": approval.status,
+        "created_at": approval.created_at,
+    }
+
+
+def _approval_detail(approval: Approval) -> dict[str, Any]:
+    return {
+        **_approval_summary(approval),
+        "agent": approval.run.agent,
+        "request": approval.request,
+        "decided_by": approval.decided_by or None,
+        "decided_at": approval.decided_at,
+        "note": approval.note,
+        "feedback": approval.feedback,
+        "edited_arguments": approval.arguments,
+        "payload": approval.payload,
+        "expires_at": approval.expires_at,
+    }
+
+
+def _run_summary(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "agent": run.agent,
+        "status": run.status,
+        "input": run.input,
+        "created_at": run.created_at,
+    }
