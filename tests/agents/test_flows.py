@@ -378,15 +378,50 @@ def test_it_drives_a_run_that_carries_its_own_agent(db):
     config = {
         "model": "demo",
         "tools": ["lookup_order", "refund_request"],
-        "tool_overrides": {"refund_request": {"risk": "low"}},
+        "tool_overrides": {"lookup_order": {"risk": "high", "hitl_mode": "suspend"}},
     }
     run = services.run_create(agent="one-off", input=REFUND, agent_config=config, enqueue=False)
 
     run = resume(run)
 
-    assert run.status == Run.Status.COMPLETED  # its own rules: the refund ran without asking
-    assert not Approval.objects.exists()
-    assert SideEffect.objects.get().arguments == {"order_id": "A1001", "amount_cents": 2500}
+    assert run.status == Run.Status.SUSPENDED  # its own rules add a gate the file does not have
+    assert [approval.tool_call.name for approval in pending(run)] == ["lookup_order"]
+
+
+@pytest.mark.parametrize(
+    "own",
+    [{"risk": "low"}, {"risk": "low", "hitl_mode": "defer"}, {"hitl_mode": "defer"}],
+    ids=["low", "low-defer", "defer"],
+)
+def test_it_keeps_the_files_gate_whatever_a_runs_own_agent_says(db, own):
+    config = {"tools": ["lookup_order", "refund_request"], "tool_overrides": {"refund_request": own}}
+    run = services.run_create(agent="one-off", input=REFUND, agent_config=config, enqueue=False)
+
+    run = resume(run)
+
+    assert run.status == Run.Status.SUSPENDED  # agentfast.yaml says refund_request suspends: it does
+    [approval] = pending(run)
+    assert (approval.tool_call.name, approval.mode) == ("refund_request", "suspend")
+    assert not SideEffect.objects.exists()
+
+
+def test_it_keeps_the_files_gate_whatever_a_configured_agent_says(db, agent_config):
+    agent_config(
+        """
+agents:
+  support:
+    tools: [lookup_order, refund_request]
+    tool_overrides:
+      refund_request: {risk: low}
+tool_overrides:
+  refund_request: {risk: high, hitl_mode: suspend}
+"""
+    )
+    run = start(REFUND)
+
+    assert run.status == Run.Status.SUSPENDED
+    assert [approval.tool_call.name for approval in pending(run)] == ["refund_request"]
+    assert not SideEffect.objects.exists()
 
 
 def test_it_refuses_a_run_whose_own_agent_is_invalid(db):
