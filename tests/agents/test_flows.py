@@ -304,6 +304,17 @@ tool_overrides:
 
     assert run.status == Run.Status.FAILED
     assert "step limit" in run.error
+    assert not ToolCall.objects.filter(name="refund_request").exists()  # the call past the limit never opened
+
+
+def test_it_completes_with_the_final_answer_after_the_last_allowed_tool_turn(db, agent_config):
+    agent_config("agents:\n  support:\n    tools: [lookup_order, refund_request]\n    max_steps: 2\n")
+
+    run = start(REFUND)  # lookup (turn 1), refund (turn 2, low risk here), then the answer
+
+    assert run.status == Run.Status.COMPLETED, run.error
+    assert run.steps == 2
+    assert run.output.startswith("Refunded 25.00 USD for order A1001")
 
 
 def test_it_reports_a_crashing_tool_to_the_model(db, agent_config):
