@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import redis
+from django.conf import settings
 
 from agents import runtime, services
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent, SideEffect, ToolCall
@@ -58,6 +62,43 @@ def test_it_enqueues_the_resume_on_commit_when_auto_resume_is_on(db, django_capt
 
     assert decision.resume_enqueued is True
     assert len(callbacks) >= 2  # the push of approval_decided, and the resume
+
+
+def test_it_publishes_the_resume_to_the_broker_once_the_decision_commits(db, django_capture_on_commit_callbacks):
+    run = start(REFUND)
+    [approval] = pending(run)
+    broker = redis.Redis.from_url(settings.REDIS_URL)  # the broker, as redis-py spells its URL
+    broker.delete("celery")
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        decide(approval, "approved")
+        assert broker.llen("celery") == 0  # nothing before the commit
+    for callback in callbacks:
+        callback()
+
+    [message] = broker.lrange("celery", 0, -1)
+    headers = json.loads(message)["headers"]
+    assert (headers["task"], headers["argsrepr"]) == ("agents.tasks.run_drive", repr((run.id,)))
+    broker.delete("celery")
+
+
+def test_it_keeps_a_committed_decision_when_the_broker_is_down(
+    db, django_capture_on_commit_callbacks, redis_server, caplog
+):
+    run = start(REFUND)
+    [approval] = pending(run)
+
+    redis_server.stop()
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            decision = decide(approval, "approved")  # the resume cannot be published
+    finally:
+        redis_server.start()
+
+    assert decision.outcome == "decided" and decision.resume_enqueued is True
+    approval.refresh_from_db()
+    assert approval.status == "approved"
+    assert "could not enqueue agents.tasks.run_drive" in caplog.text and "the sweeper will retry" in caplog.text
 
 
 def test_it_leaves_the_resume_to_the_caller_when_the_run_says_so(db, django_capture_on_commit_callbacks):
