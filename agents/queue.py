@@ -1,8 +1,9 @@
 """Enqueue Celery work after commit; a lost message is never fatal (invariant 6).
 
-If the broker is down the row that asked for the work is already committed, and the
-sweeper finds it and enqueues again once Redis is back. The Celery app is the current
-one (the project's, set up with the Django settings), so the engine names no site module.
+The project's tasks are `OnCommitTask`s: `task.delay_on_commit(...)` publishes once the
+current transaction commits (Celery's Django idiom), and a publish that fails (the broker
+is down) is logged, never raised: the row that asked for the work is already committed,
+and the sweeper finds it and enqueues again once Redis is back.
 """
 
 from __future__ import annotations
@@ -11,26 +12,39 @@ import logging
 from typing import Any
 
 from celery import current_app
+from celery.contrib.django.task import DjangoTask
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
 
+class OnCommitTask(DjangoTask):
+    """A task enqueued after commit, whose failure to publish is logged for the sweeper to repair."""
+
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        # `_send` is looked up when the callback runs, so the benchmarks can time it.
+        transaction.on_commit(lambda: _send(self, *args, **kwargs))
+
+
 def drive_on_commit(run_id: str) -> None:
     """Start or resume a run in a worker once the current transaction commits."""
-    transaction.on_commit(lambda: _send("agents.tasks.run_drive", run_id))
+    from agents.tasks import run_drive  # the tasks import the runtime, whose services import this module
+
+    run_drive.delay_on_commit(run_id)
 
 
 def deferred_on_commit(tool_call_pk: int) -> None:
     """Execute (or record the rejection of) a deferred call once the transaction commits."""
-    transaction.on_commit(lambda: _send("agents.tasks.toolcall_execute_deferred", tool_call_pk))
+    from agents.tasks import toolcall_execute_deferred
+
+    toolcall_execute_deferred.delay_on_commit(tool_call_pk)
 
 
-def _send(task_name: str, *args: Any) -> bool:
+def _send(task: OnCommitTask, *args: Any, **kwargs: Any) -> bool:
     try:
-        current_app.send_task(task_name, args=args)
+        task.delay(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 — kombu raises many kinds for an unreachable broker
-        logger.warning("could not enqueue %s%r (the sweeper will retry): %s", task_name, args, exc)
+        logger.warning("could not enqueue %s%r (the sweeper will retry): %s", task.name, args, exc)
         return False
     return True
 

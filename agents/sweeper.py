@@ -63,12 +63,14 @@ def _stranded_runs(now: datetime, grace: datetime) -> list[str]:
     """Return runs that should be moving and are not.
 
     - running with an expired lease: its worker died mid-step;
-    - queued past the grace period with no lease: its start message was lost;
+    - queued past the grace period with no lease and auto_resume on: its start message
+      was lost (a run with auto_resume off, the playground's, is driven by its caller,
+      and a worker taking it would race that caller's streamed drive);
     - suspended with every suspend approval decided, auto_resume on, the last decision
       past the grace period: its resume message was lost.
     """
     dead = Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
-    lost_start = Q(status=Run.Status.QUEUED, lease_expires_at__isnull=True, created_at__lt=grace)
+    lost_start = Q(status=Run.Status.QUEUED, auto_resume=True, lease_expires_at__isnull=True, created_at__lt=grace)
     stranded = list(Run.objects.filter(dead | lost_start).values_list("id", flat=True))
     decided = (
         Run.objects.filter(status=Run.Status.SUSPENDED, auto_resume=True)

@@ -1,29 +1,34 @@
-"""Celery tasks: thin, idempotent, acks_late; each takes ids and calls one function."""
+"""Celery tasks: thin, idempotent, acks_late; each takes ids and calls one function.
+
+Enqueue them with `delay_on_commit` (see agents.queue.OnCommitTask): after the commit,
+and a broker that is down is logged for the sweeper rather than raised.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 
 from agents import runtime, sweeper
+from agents.queue import OnCommitTask
 from agents.runtime.execution import execute_deferred
 
 # Longer than any sane model or tool call; the lease keeper renews meanwhile.
 _TIME_LIMIT = 15 * 60
 
 
-@shared_task(acks_late=True, time_limit=_TIME_LIMIT, soft_time_limit=_TIME_LIMIT - 30)
+@shared_task(base=OnCommitTask, acks_late=True, time_limit=_TIME_LIMIT, soft_time_limit=_TIME_LIMIT - 30)
 def run_drive(run_id: str) -> str:
     """Start or resume a run; a duplicate finds the lease taken and does nothing."""
     return runtime.drive(run_id).status
 
 
-@shared_task(acks_late=True, time_limit=_TIME_LIMIT, soft_time_limit=_TIME_LIMIT - 30)
+@shared_task(base=OnCommitTask, acks_late=True, time_limit=_TIME_LIMIT, soft_time_limit=_TIME_LIMIT - 30)
 def toolcall_execute_deferred(tool_call_pk: int) -> str:
     """Run a decided deferred call once, or record its rejection."""
     return execute_deferred(tool_call_pk)
 
 
-@shared_task(acks_late=True, time_limit=120)
+@shared_task(base=OnCommitTask, acks_late=True, time_limit=120)
 def sweep() -> dict[str, int]:
     """Beat: expire overdue approvals and re-enqueue stranded runs and deferred calls."""
     report = sweeper.sweep()

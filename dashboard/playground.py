@@ -8,7 +8,9 @@ of "<user> (playground)", which is how the page finds your recent ones.
 
 An agent composed on the page (system prompt, tools and their risk, model) travels with its
 run (Run.agent_config), so any worker can drive it; it is named after a hash of its
-settings, so runs of the same settings carry the same name.
+settings, so runs of the same settings carry the same name. agentfast.yaml's policy is a
+floor: a composed agent may add gates, never remove or weaken them. The page shows the
+floor, and the engine applies it to every run whatever was posted (the server decides).
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from agents.models import Run
 from agents.policy import (
     MODES,
     RISKS,
+    UNLISTED,
     AgentSpec,
     ConfigError,
     ToolPolicy,
+    agent_for,
     get_policy,
 )
 from agents.services.approvals import MAX_TEXT_CHARS
@@ -91,19 +95,21 @@ class AgentForm(forms.Form):
         return data
 
     def spec(self) -> dict[str, Any]:
-        """Return the agent as agentfast.yaml would write it; every chosen tool's risk is explicit."""
+        """Return the agent as agentfast.yaml would write it; a tool's keys left out keep the policy's defaults."""
         data = self.cleaned_data
         tools = data["tools"]
+        overrides = {name: self._rule(name) for name in tools}
         return {
             "description": "Composed in the playground.",
             "model": f"openai:{data['model_name']}" if data["model"] == "openai" else "demo",
             "system_prompt": data["system_prompt"],
             "tools": tools,
-            "tool_overrides": {
-                name: {"risk": data[f"risk_{name}"] or "low", "hitl_mode": data[f"mode_{name}"] or "suspend"}
-                for name in tools
-            },
+            "tool_overrides": {name: rule for name, rule in overrides.items() if rule},
         }
+
+    def _rule(self, tool_name: str) -> dict[str, str]:
+        rule = {"risk": self.cleaned_data[f"risk_{tool_name}"], "hitl_mode": self.cleaned_data[f"mode_{tool_name}"]}
+        return {key: value for key, value in rule.items() if value}
 
 
 @require_GET
@@ -165,24 +171,56 @@ def _invalid(form: forms.Form) -> JsonResponse:
     return JsonResponse({"error_code": "invalid", "message": f"{field}: {errors[0]}", "field": field}, status=400)
 
 
-def _tools() -> list[dict[str, str]]:
-    """Return every registered tool with the risk and mode agentfast.yaml gives it, as defaults."""
-    return [
-        {
-            "name": tool.name,
-            "description": tool.description,
-            "risk": _rule(tool.name).risk,
-            "mode": _rule(tool.name).hitl_mode,
-        }
-        for tool in sorted(registry, key=lambda tool: tool.name)
-    ]
+def _tools() -> list[dict[str, Any]]:
+    """Return every registered tool with agentfast.yaml's policy of it: the defaults, and the floor."""
+    tools = []
+    for tool in sorted(registry, key=lambda tool: tool.name):
+        rule = _rule(tool.name)
+        tools.append(
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "risk": rule.risk,
+                "mode": rule.hitl_mode if rule.gated else "suspend",
+                # What a composed agent cannot go below: a gated tool stays gated, suspend stays suspend.
+                "gated": rule.gated,
+                "suspend_only": rule.gated and rule.hitl_mode == "suspend",
+            }
+        )
+    return tools
 
 
 def _rule(tool_name: str) -> ToolPolicy:
     try:
         return get_policy().tool_policy(tool_name)
     except ConfigError:  # the page says what is wrong with the file
-        return ToolPolicy()
+        return UNLISTED
+
+
+def definition(run: Run) -> dict[str, Any] | None:
+    """Return what a run's own agent is (model, prompt, each tool's effective policy), or None for a configured one."""
+    if run.agent_config is None:
+        return None
+    try:
+        agent = agent_for(run.agent, run.agent_config)
+        policy = get_policy()
+    except ConfigError as exc:
+        return {"error": str(exc)}
+    tools = []
+    for name in agent.tools:
+        effective = policy.tool_policy(name, agent=agent)
+        asked = agent.tool_overrides.get(name)
+        tools.append(
+            {
+                "name": name,
+                "risk": effective.risk,
+                "mode": effective.hitl_mode if effective.gated else "",
+                # agentfast.yaml gates it though the agent did not ask for that (or asked for less).
+                "raised": effective.gated
+                and (asked is None or not asked.gated or asked.hitl_mode != effective.hitl_mode),
+            }
+        )
+    return {"model": agent.model, "system_prompt": agent.system_prompt, "max_steps": agent.max_steps, "tools": tools}
 
 
 def _agents() -> tuple[list[AgentSpec], str]:

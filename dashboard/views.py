@@ -25,6 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agents import selectors, services
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent
 from agents.tools import registry
+from dashboard import playground
 from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_required
 from dashboard.forms import AuditFilter, DecisionForm, InboxFilter, RunFilter
 
@@ -211,6 +212,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "run": run,
         "events": RunEvent.objects.filter(run=run).order_by("seq"),
         "approvals": run.approvals.order_by("created_at"),
+        "definition": playground.definition(run),  # a run that carries its own agent shows it
     }
     template = "dashboard/_timeline.html" if request.htmx else "dashboard/run.html"
     return render(request, template, context)

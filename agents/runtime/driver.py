@@ -159,8 +159,9 @@ class _Driver:
 
         1. Load the rows. 2. Settle the last turn's tool calls (run, memoized, rejected,
         in doubt); if a suspend approval is pending, suspend. 3. Tell the model about
-        deferred calls that ran. 4. Ask the model. 5. No tool calls: complete. Otherwise
-        record the turn (suspending in the same transaction when nothing can run now).
+        deferred calls that ran. 4. Ask the model. 5. No tool calls: complete. 6. Tool calls
+        past max_steps: fail. Otherwise record the turn (suspending in the same transaction
+        when nothing can run now).
         """
         model = get_model(self.agent.model, base_url=self.agent.base_url)
         while True:
@@ -170,10 +171,6 @@ class _Driver:
                     return Run.Status.SUSPENDED
                 continue  # decided while we settled the step: settle it again
             self._report_deferred()
-            if self.steps >= self.agent.max_steps:
-                error = f"step limit reached: {self.agent.max_steps} model turns with tool calls"
-                services.run_fail(run_id=self.run.id, owner=self.owner, error=error)
-                return Run.Status.FAILED
             turn = model.complete(
                 model_messages(self.agent.system_prompt, self.messages),
                 [tool.spec() for tool in self.tools.values()],
@@ -182,6 +179,11 @@ class _Driver:
             if not turn.tool_calls:
                 services.run_complete(run_id=self.run.id, owner=self.owner, seq=self._next_seq(), content=turn.content)
                 return Run.Status.COMPLETED
+            # Checked after the model spoke: a final answer after the last allowed tool turn completes.
+            if self.steps >= self.agent.max_steps:
+                error = f"step limit reached: {self.agent.max_steps} model turns with tool calls"
+                services.run_fail(run_id=self.run.id, owner=self.owner, error=error)
+                return Run.Status.FAILED
             if self._record_turn(turn):
                 return Run.Status.SUSPENDED
 

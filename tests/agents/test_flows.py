@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import redis
+from django.conf import settings
 
 from agents import runtime, services
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent, SideEffect, ToolCall
@@ -58,6 +62,43 @@ def test_it_enqueues_the_resume_on_commit_when_auto_resume_is_on(db, django_capt
 
     assert decision.resume_enqueued is True
     assert len(callbacks) >= 2  # the push of approval_decided, and the resume
+
+
+def test_it_publishes_the_resume_to_the_broker_once_the_decision_commits(db, django_capture_on_commit_callbacks):
+    run = start(REFUND)
+    [approval] = pending(run)
+    broker = redis.Redis.from_url(settings.REDIS_URL)  # the broker, as redis-py spells its URL
+    broker.delete("celery")
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        decide(approval, "approved")
+        assert broker.llen("celery") == 0  # nothing before the commit
+    for callback in callbacks:
+        callback()
+
+    [message] = broker.lrange("celery", 0, -1)
+    headers = json.loads(message)["headers"]
+    assert (headers["task"], headers["argsrepr"]) == ("agents.tasks.run_drive", repr((run.id,)))
+    broker.delete("celery")
+
+
+def test_it_keeps_a_committed_decision_when_the_broker_is_down(
+    db, django_capture_on_commit_callbacks, redis_server, caplog
+):
+    run = start(REFUND)
+    [approval] = pending(run)
+
+    redis_server.stop()
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            decision = decide(approval, "approved")  # the resume cannot be published
+    finally:
+        redis_server.start()
+
+    assert decision.outcome == "decided" and decision.resume_enqueued is True
+    approval.refresh_from_db()
+    assert approval.status == "approved"
+    assert "could not enqueue agents.tasks.run_drive" in caplog.text and "the sweeper will retry" in caplog.text
 
 
 def test_it_leaves_the_resume_to_the_caller_when_the_run_says_so(db, django_capture_on_commit_callbacks):
@@ -304,6 +345,17 @@ tool_overrides:
 
     assert run.status == Run.Status.FAILED
     assert "step limit" in run.error
+    assert not ToolCall.objects.filter(name="refund_request").exists()  # the call past the limit never opened
+
+
+def test_it_completes_with_the_final_answer_after_the_last_allowed_tool_turn(db, agent_config):
+    agent_config("agents:\n  support:\n    tools: [lookup_order, refund_request]\n    max_steps: 2\n")
+
+    run = start(REFUND)  # lookup (turn 1), refund (turn 2, low risk here), then the answer
+
+    assert run.status == Run.Status.COMPLETED, run.error
+    assert run.steps == 2
+    assert run.output.startswith("Refunded 25.00 USD for order A1001")
 
 
 def test_it_reports_a_crashing_tool_to_the_model(db, agent_config):
@@ -378,15 +430,50 @@ def test_it_drives_a_run_that_carries_its_own_agent(db):
     config = {
         "model": "demo",
         "tools": ["lookup_order", "refund_request"],
-        "tool_overrides": {"refund_request": {"risk": "low"}},
+        "tool_overrides": {"lookup_order": {"risk": "high", "hitl_mode": "suspend"}},
     }
     run = services.run_create(agent="one-off", input=REFUND, agent_config=config, enqueue=False)
 
     run = resume(run)
 
-    assert run.status == Run.Status.COMPLETED  # its own rules: the refund ran without asking
-    assert not Approval.objects.exists()
-    assert SideEffect.objects.get().arguments == {"order_id": "A1001", "amount_cents": 2500}
+    assert run.status == Run.Status.SUSPENDED  # its own rules add a gate the file does not have
+    assert [approval.tool_call.name for approval in pending(run)] == ["lookup_order"]
+
+
+@pytest.mark.parametrize(
+    "own",
+    [{"risk": "low"}, {"risk": "low", "hitl_mode": "defer"}, {"hitl_mode": "defer"}],
+    ids=["low", "low-defer", "defer"],
+)
+def test_it_keeps_the_files_gate_whatever_a_runs_own_agent_says(db, own):
+    config = {"tools": ["lookup_order", "refund_request"], "tool_overrides": {"refund_request": own}}
+    run = services.run_create(agent="one-off", input=REFUND, agent_config=config, enqueue=False)
+
+    run = resume(run)
+
+    assert run.status == Run.Status.SUSPENDED  # agentfast.yaml says refund_request suspends: it does
+    [approval] = pending(run)
+    assert (approval.tool_call.name, approval.mode) == ("refund_request", "suspend")
+    assert not SideEffect.objects.exists()
+
+
+def test_it_keeps_the_files_gate_whatever_a_configured_agent_says(db, agent_config):
+    agent_config(
+        """
+agents:
+  support:
+    tools: [lookup_order, refund_request]
+    tool_overrides:
+      refund_request: {risk: low}
+tool_overrides:
+  refund_request: {risk: high, hitl_mode: suspend}
+"""
+    )
+    run = start(REFUND)
+
+    assert run.status == Run.Status.SUSPENDED
+    assert [approval.tool_call.name for approval in pending(run)] == ["refund_request"]
+    assert not SideEffect.objects.exists()
 
 
 def test_it_refuses_a_run_whose_own_agent_is_invalid(db):

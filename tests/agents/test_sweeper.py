@@ -45,6 +45,16 @@ def test_it_re_enqueues_a_queued_run_whose_start_message_was_lost(db, settings):
     assert fresh.id not in sweep().runs
 
 
+def test_it_leaves_a_queued_run_its_caller_drives_alone(db, settings):
+    settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
+    handed_to_a_worker = services.run_create(agent="support", input=REFUND, enqueue=False)
+    driven_by_its_caller = services.run_create(agent="support", input=REFUND, auto_resume=False, enqueue=False)
+    age(handed_to_a_worker, 60)
+    age(driven_by_its_caller, 60)  # the playground page has not started its streamed drive yet
+
+    assert sweep().runs == [handed_to_a_worker.id]
+
+
 def test_it_resumes_decided_runs_but_not_waiting_or_manual_ones(db, settings):
     settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
     decided = start(REFUND)

@@ -83,7 +83,9 @@ def test_it_shows_model_and_tool_text_as_text(viewer: Callable[..., Viewer], ali
     assert seen.errors == [] and seen.dialogs == []
 
 
-def test_it_runs_an_agent_composed_on_the_page(viewer: Callable[..., Viewer], alice: User) -> None:
+def test_it_runs_an_agent_composed_on_the_page_within_agentfast_yamls_floor(
+    viewer: Callable[..., Viewer], alice: User
+) -> None:
     seen = viewer("alice", path="/playground/")
     page = seen.page
     page.select_option("#pg-agent", label="Compose an agent…")
@@ -92,13 +94,25 @@ def test_it_runs_an_agent_composed_on_the_page(viewer: Callable[..., Viewer], al
     compose.locator("#pg-system").fill("You are a careful support agent.")
     for tool in ("lookup_order", "refund_request"):
         compose.locator(f"input[name=tools][value={tool}]").check()
-    page.select_option("select[name=risk_refund_request]", "low")  # this agent may refund unasked
+    # agentfast.yaml gates refunds: the page offers nothing lower, and says why.
+    expect(page.locator("select[name=risk_refund_request] option[value=low]")).to_be_disabled()
+    expect(page.locator("select[name=mode_refund_request] option[value=defer]")).to_be_disabled()
+    expect(page.locator("li:has(select[name=risk_refund_request]) .pg-floor")).to_contain_text("never remove them")
+    expect(page.locator("li:has(select[name=risk_lookup_order]) .pg-floor")).to_have_count(0)
     page.fill("#pg-input", REFUND)
     seen.screenshot("playground-compose")
     page.click("#pg-run")
-    expect(page.locator(".pg-assistant.final .pg-text")).to_contain_text("Refunded 25.00 USD for order A1001")
-    expect(page.locator(".pg-approval")).to_have_count(0)
+    card = page.locator(".pg-approval")
+    expect(card.locator(".pg-tool")).to_have_text("refund_request")
+    expect(page.locator("#pg-status")).to_have_text("suspended")
     run = Run.objects.get()
     assert run.agent.startswith("playground-")
-    assert run.agent_config["tool_overrides"]["refund_request"]["risk"] == "low"
+    assert [a.tool_call.name for a in Approval.objects.filter(run=run)] == ["refund_request"]
+    assert not SideEffect.objects.exists()
+
+    page.goto(f"/runs/{run.id}")
+    definition = page.locator("#run-agent")
+    expect(definition).to_contain_text("You are a careful support agent.")
+    expect(definition).to_contain_text("refund_request high risk, suspend")
+    expect(definition).to_contain_text("lookup_order low risk")
     assert seen.errors == [] and seen.dialogs == []

@@ -109,18 +109,68 @@ def _start(client: Client, data: dict[str, Any]) -> Run:
     return Run.objects.get(pk=response.json()["run"]["id"])
 
 
-def test_it_composes_agents_whose_own_risk_settings_govern_their_runs(
+def test_it_composes_agents_whose_own_risk_settings_add_gates(
     client_for: Callable[[User], Client], alice: User
 ) -> None:
-    careful = _start(client_for(alice), composed())
-    trusting = _start(client_for(alice), composed(risk_refund_request="low"))
+    careful = _start(client_for(alice), composed(risk_lookup_order="high"))
+    usual = _start(client_for(alice), composed())
     assert flows.resume(careful).status == Run.Status.SUSPENDED
-    assert flows.resume(trusting).status == Run.Status.COMPLETED  # nobody was asked
-    assert SideEffect.objects.filter(tool="refund_request").count() == 1
+    assert [a.tool_call.name for a in flows.pending(careful)] == ["lookup_order"]  # a gate the file does not have
+    assert flows.resume(usual).status == Run.Status.SUSPENDED
+    assert [a.tool_call.name for a in flows.pending(usual)] == ["refund_request"]
     # Each run carries its agent, so any worker can drive it; the configured agents are untouched.
-    assert careful.agent_config["tool_overrides"]["refund_request"] == {"risk": "high", "hitl_mode": "suspend"}
+    assert usual.agent_config["tool_overrides"]["refund_request"] == {"risk": "high", "hitl_mode": "suspend"}
     assert careful.agent not in get_policy().agents
-    assert get_policy().tool_policy("refund_request").risk == "high"  # agentfast.yaml's rule still holds
+    assert get_policy().tool_policy("lookup_order").risk == "low"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"risk_refund_request": "low"},
+        {"risk_refund_request": ""},  # the field left out
+        {"risk_refund_request": "high", "mode_refund_request": "defer"},
+    ],
+    ids=["low", "left-out", "defer"],
+)
+def test_it_keeps_agentfast_yamls_gate_on_a_composed_agent(
+    client_for: Callable[[User], Client], alice: User, fields: dict[str, str]
+) -> None:
+    data = {key: value for key, value in composed(input="Refund order A1001 for 40.00 USD", **fields).items() if value}
+    if "mode_refund_request" not in fields:
+        data.pop("mode_refund_request")  # a low-risk tool's mode is not posted (the page disables it)
+    run = _start(client_for(alice), data)
+
+    run = flows.resume(run)
+
+    assert run.status == Run.Status.SUSPENDED  # the refund waits for a person, as agentfast.yaml says
+    [approval] = flows.pending(run)
+    assert (approval.tool_call.name, approval.mode) == ("refund_request", "suspend")
+    assert approval.tool_call.arguments == {"order_id": "A1001", "amount_cents": 4000}
+    assert not SideEffect.objects.exists()
+
+
+def test_it_shows_the_floor_on_the_tools_agentfast_yaml_gates(
+    client_for: Callable[[User], Client], alice: User
+) -> None:
+    page = client_for(alice).get("/playground/").content.decode()
+    refund = page[page.index('name="risk_refund_request"') : page.index('name="risk_send_email"')]
+    lookup = page[page.index('name="risk_lookup_order"') : page.index('name="risk_refund_request"')]
+    assert '<option value="low"  disabled>' in refund and '<option value="defer"  disabled>' in refund
+    assert "agentfast.yaml requires a person's decision" in refund
+    assert "disabled" not in lookup
+
+
+def test_it_shows_a_composed_runs_definition_on_the_run_page(client_for: Callable[[User], Client], alice: User) -> None:
+    run = _start(client_for(alice), composed(risk_refund_request="low", system_prompt="You are <b>terse</b>."))
+    page = client_for(alice).get(f"/runs/{run.id}").content.decode()
+    agent = page[page.index('id="run-agent"') :]
+    assert "You are &lt;b&gt;terse&lt;/b&gt;." in agent and "<code>demo</code>" in agent
+    assert '<code>refund_request</code> <span class="badge">high risk, suspend</span>' in agent
+    assert "set by agentfast.yaml" in agent
+    assert '<code>lookup_order</code> <span class="badge">low risk</span></li>' in agent
+    configured = flows.start(REFUND)
+    assert 'id="run-agent"' not in client_for(alice).get(f"/runs/{configured.id}").content.decode()
 
 
 def test_it_names_composed_agents_after_their_settings(client_for: Callable[[User], Client], alice: User) -> None:
