@@ -164,3 +164,12 @@ def test_it_locks_out_the_django_admin_sign_in_too(settings, carol):
     response = client.post("/admin/login/", {"username": "carol", "password": "carol-password"})
 
     assert response.status_code == 429
+
+
+def test_it_lets_a_user_without_a_role_sign_out_from_the_refusal(client_for, dave):
+    client = client_for(dave)
+    page = client.get("/runs")
+    assert page.status_code == 403 and b'action="/accounts/logout/"' in page.content
+
+    assert client.post("/accounts/logout/").status_code == 302
+    assert client.get("/runs").status_code == 302
