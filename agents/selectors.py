@@ -46,3 +46,10 @@ def run_get(run_id: str) -> Run:
 
 def sideeffect_list() -> QuerySet[SideEffect]:
     return SideEffect.objects.order_by("created_at", "id")
+
+
+def user_is_active(username: str) -> bool:
+    """Return whether an active user has exactly this name (someone a decision may be recorded for)."""
+    from django.contrib.auth.models import User
+
+    return User.objects.filter(username=username, is_active=True).exists()

@@ -252,17 +252,23 @@ async def approval_events(request: HttpRequest, after: int | None = Query(None, 
 
 
 def _refuse_unless_may_speak_for(request: HttpRequest, approval_id: str, decision: str, attempt: Attempt) -> None:
-    """Refuse (and audit) a decided_by naming someone else, unless the caller may relay."""
-    if attempt.on_behalf_of and not request.user.has_perm(ON_BEHALF):
+    """Refuse (and audit) a decided_by naming someone else, unless the caller may relay for that user."""
+    if not attempt.on_behalf_of:
+        return
+    if not request.user.has_perm(ON_BEHALF):
         reason = f"deciding as {attempt.on_behalf_of!r} needs the 'decide on behalf' permission"
-        services.approval_refuse(
-            approval_id=approval_id,
-            decision=decision,
-            attempt=attempt,
-            outcome=AuditEntry.Outcome.NOT_PERMITTED,
-            reason=reason,
-        )
-        raise NotPermitted(reason, field="decided_by")
+    elif not selectors.user_is_active(attempt.on_behalf_of):
+        reason = f"decided_by {attempt.on_behalf_of!r} is no active user: a decision is recorded for a person"
+    else:
+        return
+    services.approval_refuse(
+        approval_id=approval_id,
+        decision=decision,
+        attempt=attempt,
+        outcome=AuditEntry.Outcome.NOT_PERMITTED,
+        reason=reason,
+    )
+    raise NotPermitted(reason, field="decided_by")
 
 
 def _page(items: QuerySet[Any], serialize: Callable[[Any], dict[str, Any]], limit: int, offset: int) -> dict[str, Any]:

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import ipaddress
+import math
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 
+from agents.models import AuditEntry
 from agents.services import Attempt
 
 DECIDE = "agents.decide_approval"
 AUDIT = "agents.view_auditentry"
 ON_BEHALF = "agents.decide_on_behalf"
+_ORIGIN_CHARS = AuditEntry._meta.get_field("origin").max_length
 
 
 def is_reviewer(user: Any) -> bool:
@@ -50,9 +56,44 @@ def admin_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
 
 
 def client_address(request: HttpRequest) -> str:
-    """Return where a request came from, for the audit (the proxy's view if behind one)."""
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    return forwarded.split(",")[0].strip() or request.META.get("REMOTE_ADDR", "")
+    """Return where a request came from, for the audit: X-Forwarded-For only from a trusted proxy.
+
+    1. The peer (REMOTE_ADDR) is the answer unless it is one of AGENTFAST_TRUSTED_PROXIES.
+    2. Otherwise walk X-Forwarded-For from the right (the hop nearest us), skipping trusted
+       proxies; the first other address is the client. Left of it anyone may have written anything.
+    3. A hop that is no IP address is not believed: the last trusted address stands.
+    """
+    address = request.META.get("REMOTE_ADDR", "")
+    if not _is_trusted_proxy(address):
+        return address[:_ORIGIN_CHARS]
+    hops = request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
+    for hop in reversed([hop.strip() for hop in hops if hop.strip()]):
+        if _ip(hop) is None:
+            break
+        address = hop
+        if not _is_trusted_proxy(hop):
+            break
+    return address[:_ORIGIN_CHARS]
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _is_trusted_proxy(text: str) -> bool:
+    address = _ip(text)
+    if address is None:
+        return False
+    networks = (ipaddress.ip_network(each, strict=False) for each in settings.AGENTFAST_TRUSTED_PROXIES)
+    return any(address in network for network in networks)
+
+
+def login_username(request: HttpRequest, credentials: dict[str, Any] | None) -> str:
+    """Return the user name a sign-in attempt counts against (`Admin ` and `admin` are one)."""
+    return str((credentials or {}).get("username") or request.POST.get("username", "")).strip().casefold()
 
 
 def attempt_from(request: HttpRequest, *, source: str, on_behalf_of: str = "") -> Attempt:
@@ -63,3 +104,18 @@ def attempt_from(request: HttpRequest, *, source: str, on_behalf_of: str = "") -
         origin=client_address(request),
         on_behalf_of="" if on_behalf_of == request.user.get_username() else on_behalf_of,
     )
+
+
+def locked_out(
+    request: HttpRequest, original_response: HttpResponse | None, credentials: dict[str, Any] | None
+) -> HttpResponse:
+    """Answer a locked-out sign-in (django-axes) with the sign-in page's look and a clear message (429)."""
+    from axes.helpers import get_cool_off, get_failure_limit
+
+    cool_off = get_cool_off(request)
+    context = {
+        "username": login_username(request, credentials),
+        "failure_limit": get_failure_limit(request, credentials),
+        "cooloff_minutes": math.ceil(cool_off.total_seconds() / 60) if cool_off else 0,
+    }
+    return render(request, "registration/locked_out.html", context, status=429)

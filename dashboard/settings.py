@@ -6,45 +6,77 @@ embedded Redis. Production sets DATABASE_URL and REDIS_URL.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import secrets
+from datetime import timedelta
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlsplit
+
+import environ
+from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.utils import get_random_secret_key
 
 from agents import embedded_redis
 
+env = environ.Env()
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("AGENTFAST_VAR_DIR", BASE_DIR / "var")).resolve()
+VAR_DIR = Path(env.str("AGENTFAST_VAR_DIR", default="") or BASE_DIR / "var").resolve()
 
 
-def _env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
+def _private_dir(path: Path) -> Path:
+    """Create the folder readable by this user only (it holds the database and the secret key)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
 
 
-def _database(url: str | None) -> dict[str, object]:
-    """Translate DATABASE_URL (postgres://… or sqlite:///path) into a Django DATABASES entry."""
-    if not url:
-        return _sqlite(VAR_DIR / "agentfast.sqlite3")
-    parts = urlsplit(url)
-    if parts.scheme == "sqlite":
-        return _sqlite(Path(unquote(parts.path)))
-    if parts.scheme in {"postgres", "postgresql"}:
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parts.path.lstrip("/")) or "postgres",
-            "USER": unquote(parts.username or ""),
-            "PASSWORD": unquote(parts.password or ""),
-            "HOST": parts.hostname or "",
-            "PORT": str(parts.port or ""),
-            "OPTIONS": dict(parse_qsl(parts.query)),
-            "CONN_MAX_AGE": 60,
-            "CONN_HEALTH_CHECKS": True,
-        }
-    raise ValueError(f"DATABASE_URL: unsupported scheme {parts.scheme!r} (use postgres:// or sqlite://)")
+def _private_file(path: Path) -> None:
+    """Create the file (if missing) and its SQLite companions readable by this user only."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    # SQLite gives the -wal and -shm files the database file's mode; tighten leftovers.
+    for each in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if each.exists():
+            each.chmod(0o600)
+
+
+def _secret_key(path: Path) -> str:
+    """Return DJANGO_SECRET_KEY, else the key in var/secret_key, generated once (0600)."""
+    explicit = env.str("DJANGO_SECRET_KEY", default="")
+    if explicit:
+        return explicit
+    if not path.exists():
+        draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+        descriptor = os.open(draft, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(get_random_secret_key())
+        try:
+            # link() never replaces: when web, worker and beat start together, the first key wins.
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    return path.read_text().strip()
+
+
+def _database(url: str) -> dict[str, object]:
+    """Return the DATABASES entry for DATABASE_URL (postgres://… or sqlite:////path); SQLite in var/ if unset."""
+    config = env.db_url_config(url or f"sqlite:///{VAR_DIR / 'agentfast.sqlite3'}")
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        return _sqlite(Path(config["NAME"]))
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(
+            f"DATABASE_URL: unsupported database {config['ENGINE']!r} (use postgres:// or sqlite://)"
+        )
+    return {**config, "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True}
 
 
 def _sqlite(path: Path) -> dict[str, object]:
+    path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
+    # The file holds session keys and token hashes: this user only.
+    _private_file(path)
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN,
     # so two processes racing on a compare-and-set queue up instead of failing with
     # "database is locked" when a DEFERRED reader tries to upgrade.
@@ -62,13 +94,6 @@ def _sqlite(path: Path) -> dict[str, object]:
     }
 
 
-def _redis_url() -> str:
-    explicit = os.environ.get("REDIS_URL")
-    if explicit:
-        return explicit
-    return embedded_redis.url(embedded_redis.socket_path(VAR_DIR))
-
-
 def _celery_url(redis_url: str) -> str:
     # redis-py spells a unix socket unix://, kombu spells it redis+socket://.
     if redis_url.startswith("unix://"):
@@ -76,9 +101,40 @@ def _celery_url(redis_url: str) -> str:
     return redis_url
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me")
-DEBUG = _env_bool("DJANGO_DEBUG", True)
-ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+def _list(name: str, default: list[str]) -> list[str]:
+    """Return a comma-separated variable as a list, blanks around items and empty items dropped."""
+    return [item.strip() for item in env.list(name, default=default) if item.strip()]
+
+
+def _networks(name: str) -> list[str]:
+    """Return the IPs or CIDRs listed in the variable, refusing anything else."""
+    values = _list(name, [])
+    for value in values:
+        try:
+            ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {value!r} is not an IP address or network") from None
+    return values
+
+
+def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """Parse "X-Forwarded-Proto: https" into Django's SECURE_PROXY_SSL_HEADER."""
+    if not value:
+        return None
+    header, colon, expected = value.partition(":")
+    if not colon or not header.strip() or not expected.strip():
+        raise ImproperlyConfigured(f"DJANGO_SECURE_PROXY_SSL_HEADER: {value!r} is not like 'X-Forwarded-Proto: https'")
+    return "HTTP_" + header.strip().upper().replace("-", "_"), expected.strip()
+
+
+_private_dir(VAR_DIR)
+
+# Off unless a developer opts in: a debug page shows settings to anyone who can make an error.
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+SECRET_KEY = _secret_key(VAR_DIR / "secret_key")
+ALLOWED_HOSTS = _list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+# Addresses of the reverse proxies whose X-Forwarded-For is believed (IPs or CIDRs).
+AGENTFAST_TRUSTED_PROXIES = _networks("AGENTFAST_TRUSTED_PROXIES")
 
 INSTALLED_APPS = [
     "daphne",
@@ -90,6 +146,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "axes",
+    "csp",
     "ninja",  # serves /api/docs' Swagger UI from its own static files, not a CDN
     "agents",
     "dashboard",
@@ -104,7 +162,11 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "dashboard.middleware.ContentSecurityPolicyMiddleware",
+    "dashboard.middleware.NoStoreMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -126,11 +188,19 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": _database(os.environ.get("DATABASE_URL"))}
+DATABASES = {"default": _database(env.str("DATABASE_URL", default=""))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    # django-axes first: it refuses a locked-out username+address before any password check.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -144,22 +214,65 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns at every start without it
 # Serve static files straight from the app folders: `make run` needs no collectstatic.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # Bodies larger than this are refused before any JSON parsing (the API, forms).
 DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
-CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+CSRF_TRUSTED_ORIGINS = _list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
-REDIS_URL = _redis_url()
-REDIS_IS_EMBEDDED = "REDIS_URL" not in os.environ
+# Failed sign-ins: after AXES_FAILURE_LIMIT wrong passwords for one user name from one
+# address, that pair is refused until the cool-off has passed (the database counts, so
+# every web process agrees). The address is the audit's (trusted proxies only).
+AXES_FAILURE_LIMIT = env.int("AGENTFAST_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("AGENTFAST_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "dashboard.auth.client_address"
+AXES_USERNAME_CALLABLE = "dashboard.auth.login_username"
+AXES_LOCKOUT_CALLABLE = "dashboard.auth.locked_out"
+AXES_VERBOSE = False
+
+# HTTPS: behind a TLS-terminating proxy set these (see the README's Production section).
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=False)
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default=""))
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+# No inline script anywhere: a script that slips into a page through stored text cannot run.
+# The websocket origin is added to connect-src per request (dashboard.middleware).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, "'unsafe-inline'"],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "font-src": [SELF],
+        "frame-ancestors": [NONE],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+    }
+}
+
+# An empty REDIS_URL means unset, like no REDIS_URL at all: the embedded Redis under var/.
+_EXPLICIT_REDIS_URL = env.str("REDIS_URL", default="").strip()
+REDIS_IS_EMBEDDED = not _EXPLICIT_REDIS_URL
+REDIS_URL = _EXPLICIT_REDIS_URL or embedded_redis.url(embedded_redis.socket_path(VAR_DIR))
 
 # Redis pub/sub: a group send is one PUBLISH. Nothing is queued for a viewer who is away;
 # viewers catch up from RunEvent rows (SSE replay, the inbox's re-sync).
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": os.environ.get("AGENTFAST_CHANNEL_LAYER", "channels_redis.pubsub.RedisPubSubChannelLayer"),
+        "BACKEND": env.str("AGENTFAST_CHANNEL_LAYER", default="channels_redis.pubsub.RedisPubSubChannelLayer"),
         "CONFIG": {"hosts": [{"address": REDIS_URL}]},
     }
 }
@@ -180,13 +293,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # Engine tunables.
-AGENTFAST_CONFIG = Path(os.environ.get("AGENTFAST_CONFIG", BASE_DIR / "agentfast.yaml"))
-AGENTFAST_TOOL_MODULES = [m for m in os.environ.get("AGENTFAST_TOOL_MODULES", "").split(",") if m]
-AGENTFAST_LEASE_SECONDS = float(os.environ.get("AGENTFAST_LEASE_SECONDS", "60"))
-AGENTFAST_SWEEP_SECONDS = float(os.environ.get("AGENTFAST_SWEEP_SECONDS", "5"))
+AGENTFAST_CONFIG = Path(env.str("AGENTFAST_CONFIG", default="") or BASE_DIR / "agentfast.yaml")
+AGENTFAST_TOOL_MODULES = _list("AGENTFAST_TOOL_MODULES", [])
+AGENTFAST_LEASE_SECONDS = env.float("AGENTFAST_LEASE_SECONDS", default=60)
+AGENTFAST_SWEEP_SECONDS = env.float("AGENTFAST_SWEEP_SECONDS", default=5)
 # How long a decided-but-not-resumed or queued-but-not-started run may wait for its
 # Celery message before the sweeper assumes the message was lost.
-AGENTFAST_SWEEP_GRACE_SECONDS = float(os.environ.get("AGENTFAST_SWEEP_GRACE_SECONDS", "10"))
+AGENTFAST_SWEEP_GRACE_SECONDS = env.float("AGENTFAST_SWEEP_GRACE_SECONDS", default=10)
 
 CELERY_BEAT_SCHEDULE = {
     "agentfast-sweep": {"task": "agents.tasks.sweep", "schedule": AGENTFAST_SWEEP_SECONDS},
@@ -197,5 +310,5 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"agents": {"handlers": ["console"], "level": os.environ.get("AGENTFAST_LOG_LEVEL", "INFO")}},
+    "loggers": {"agents": {"handlers": ["console"], "level": env.str("AGENTFAST_LOG_LEVEL", default="INFO")}},
 }

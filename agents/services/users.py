@@ -5,13 +5,28 @@ from __future__ import annotations
 import secrets
 
 from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.password_validation import validate_password
+from django.contrib.auth.validators import UnicodeUsernameValidator
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from agents.services.errors import InvalidInput
 
 ROLES = ("reviewer", "admin")
 _REVIEWER_PERMISSIONS = ("view_approval", "decide_approval", "view_run")
-_ADMIN_PERMISSIONS = (*_REVIEWER_PERMISSIONS, "view_auditentry")
+# Admins are a role, not superusers: they read everything in the Django admin (which is
+# read-only), the audit, and may relay a decision for another existing user.
+_ADMIN_PERMISSIONS = (
+    *_REVIEWER_PERMISSIONS,
+    "decide_on_behalf",
+    "view_auditentry",
+    "view_message",
+    "view_toolcall",
+    "view_runevent",
+    "view_sideeffect",
+    "view_apitoken",
+)
+_USERNAME_CHARS = User._meta.get_field("username").max_length
 
 
 def role_groups_ensure() -> dict[str, Group]:
@@ -28,15 +43,36 @@ def user_create(*, username: str, role: str, password: str | None = None, email:
     """Create a reviewer or an admin; return the user and the password (generated if not given)."""
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}, not {role!r}", field="role")
-    if not username.strip():
-        raise InvalidInput("the user name is empty", field="username")
-    if User.objects.filter(username=username).exists():
-        raise InvalidInput(f"a user named {username!r} already exists", field="username")
+    username = _valid_username(username)
+    if User.objects.filter(username__iexact=username).exists():
+        raise InvalidInput(
+            f"a user named {username!r} already exists (names are compared ignoring case)", field="username"
+        )
+    user = User(username=username, email=email, is_staff=role == "admin")
     password = password or secrets.token_urlsafe(12)
+    try:
+        validate_password(password, user=user)
+    except ValidationError as exc:
+        raise InvalidInput("the password is too weak: " + " ".join(exc.messages), field="password") from None
+    user.set_password(password)
     with transaction.atomic():
         groups = role_groups_ensure()
-        user = User.objects.create_user(
-            username=username, email=email, password=password, is_staff=role == "admin", is_superuser=role == "admin"
-        )
+        user.save()
         user.groups.add(groups[role])
     return user, password
+
+
+def _valid_username(username: str) -> str:
+    """Return the name without surrounding blanks, or raise InvalidInput saying what is wrong."""
+    username = username.strip()
+    if not username:
+        raise InvalidInput("the user name is empty", field="username")
+    if len(username) > _USERNAME_CHARS:
+        raise InvalidInput(f"the user name is longer than {_USERNAME_CHARS} characters", field="username")
+    try:
+        UnicodeUsernameValidator()(username)
+    except ValidationError as exc:
+        raise InvalidInput(
+            f"the user name {username!r} is not valid: " + " ".join(exc.messages), field="username"
+        ) from None
+    return username

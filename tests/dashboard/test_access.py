@@ -117,3 +117,59 @@ def test_it_requires_the_csrf_token_to_sign_in(alice):
     response = client.post("/accounts/login/", {"username": "alice", "password": "alice-password"})
 
     assert response.status_code == 403
+
+
+def fail_to_sign_in(client: Client, username: str, times: int) -> list[int]:
+    return [
+        client.post("/accounts/login/", {"username": username, "password": "wrong-password"}).status_code
+        for _ in range(times)
+    ]
+
+
+def test_it_locks_out_a_user_name_from_an_address_after_repeated_wrong_passwords(settings, alice, bob):
+    client = Client()
+    assert fail_to_sign_in(client, "alice", settings.AXES_FAILURE_LIMIT - 1) == [200] * (
+        settings.AXES_FAILURE_LIMIT - 1
+    )
+    # The same name spelled otherwise counts too; the last allowed failure locks.
+    assert fail_to_sign_in(client, "Alice ", 1) == [429]
+
+    response = client.post("/accounts/login/", {"username": "alice", "password": "alice-password"})
+
+    assert response.status_code == 429
+    assert b"Too many failed sign-ins" in response.content and b"try again in 15 minutes" in response.content
+    assert client.get("/").status_code == 302  # not signed in
+    # Another user from the same address, and alice from another address, still sign in.
+    assert client.post("/accounts/login/", {"username": "bob", "password": "bob-password"}).status_code == 302
+    elsewhere = Client(REMOTE_ADDR="192.0.2.44")
+    assert elsewhere.post("/accounts/login/", {"username": "alice", "password": "alice-password"}).status_code == 302
+
+
+def test_it_forgets_failures_after_a_successful_sign_in(settings, alice):
+    client = Client()
+    assert set(fail_to_sign_in(client, "alice", settings.AXES_FAILURE_LIMIT - 1)) == {200}
+    assert client.post("/accounts/login/", {"username": "alice", "password": "alice-password"}).status_code == 302
+    client.post("/accounts/logout/")
+
+    assert set(fail_to_sign_in(client, "alice", settings.AXES_FAILURE_LIMIT - 1)) == {200}
+
+    assert client.post("/accounts/login/", {"username": "alice", "password": "alice-password"}).status_code == 302
+
+
+def test_it_locks_out_the_django_admin_sign_in_too(settings, carol):
+    client = Client()
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        client.post("/admin/login/", {"username": "carol", "password": "wrong-password"})
+
+    response = client.post("/admin/login/", {"username": "carol", "password": "carol-password"})
+
+    assert response.status_code == 429
+
+
+def test_it_lets_a_user_without_a_role_sign_out_from_the_refusal(client_for, dave):
+    client = client_for(dave)
+    page = client.get("/runs")
+    assert page.status_code == 403 and b'action="/accounts/logout/"' in page.content
+
+    assert client.post("/accounts/logout/").status_code == 302
+    assert client.get("/runs").status_code == 302

@@ -1,0 +1,93 @@
+"""Creating reviewers and admins: valid names, strong passwords, admin as a role."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+
+from agents import cli, services
+from agents.services.errors import InvalidInput
+
+
+@pytest.mark.parametrize("password", ["a", "12345678", "password123", "qwertyuiop"])
+def test_it_refuses_a_weak_password_with_the_validators_messages(db, password):
+    with pytest.raises(InvalidInput) as refused:
+        services.user_create(username="erin", role="reviewer", password=password)
+
+    assert refused.value.details["field"] == "password"
+    assert refused.value.message.startswith("the password is too weak: ")
+    assert not User.objects.exists()
+
+
+def test_it_names_every_weakness_of_a_password(db):
+    with pytest.raises(InvalidInput) as refused:
+        services.user_create(username="erin", role="reviewer", password="1234")
+
+    assert "too short" in refused.value.message and "entirely numeric" in refused.value.message
+
+
+def test_it_refuses_a_password_like_the_user_name(db):
+    with pytest.raises(InvalidInput, match="too similar to the username"):
+        services.user_create(username="bartholomew", role="reviewer", password="bartholomew1")
+
+
+def test_it_refuses_a_weak_password_from_the_cli_in_one_line(db, capsys):
+    code = cli.main(["users", "create", "erin", "--role", "admin", "--password", "a"])
+
+    err = capsys.readouterr().err
+    assert code == 1 and "too weak" in err and err.count("\n") == 1
+    assert not User.objects.exists()
+
+
+def test_it_strips_the_user_name(db):
+    user, _ = services.user_create(username="  erin ", role="reviewer")
+
+    assert user.username == "erin"
+
+
+@pytest.mark.parametrize("again", ["admin", "Admin", "admin ", " ADMIN"])
+def test_it_refuses_a_name_that_differs_only_in_case_or_blanks(db, again):
+    services.user_create(username="admin", role="admin")
+
+    with pytest.raises(InvalidInput, match="already exists"):
+        services.user_create(username=again, role="reviewer")
+    assert User.objects.count() == 1
+
+
+@pytest.mark.parametrize("name", ["", "   ", "bad name", "x/y", "a\x00b", "<script>", "e" * 151])
+def test_it_refuses_an_invalid_user_name(db, name):
+    with pytest.raises(InvalidInput) as refused:
+        services.user_create(username=name, role="reviewer")
+
+    assert refused.value.details["field"] == "username"
+    assert not User.objects.exists()
+
+
+def test_it_accepts_a_name_of_150_characters(db):
+    user, _ = services.user_create(username="e" * 150, role="reviewer")
+
+    assert len(user.username) == 150
+
+
+def test_it_makes_an_admin_a_role_not_a_superuser(db, carol):
+    assert not carol.is_superuser and carol.is_staff
+    assert [g.name for g in carol.groups.all()] == ["admin"]
+    for permission in ("decide_approval", "view_auditentry", "decide_on_behalf", "view_run", "view_toolcall"):
+        assert carol.has_perm(f"agents.{permission}"), permission
+    assert not carol.has_perm("agents.change_approval") and not carol.has_perm("auth.change_user")
+
+
+def test_it_opens_the_read_only_django_admin_to_the_admin_role(client, carol, alice):
+    client.force_login(carol)
+
+    assert client.get("/admin/").status_code == 200
+    for model in ("run", "approval", "auditentry", "toolcall", "apitoken"):
+        assert client.get(f"/admin/agents/{model}/").status_code == 200, model
+    assert client.get("/admin/agents/approval/add/").status_code == 403
+    assert client.get("/admin/auth/user/").status_code == 403
+
+
+def test_it_keeps_reviewers_out_of_the_django_admin(client, alice):
+    client.force_login(alice)
+
+    assert client.get("/admin/").status_code == 302

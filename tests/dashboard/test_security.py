@@ -1,0 +1,293 @@
+"""Secure defaults: settings from the environment, private files, headers, error pages, client addresses."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.http import HttpResponse
+from django.template.loader import render_to_string
+from django.test import Client
+
+from agents import services
+from agents.models import Approval, AuditEntry
+from tests.conftest import ROOT
+
+_SHOW = """
+import json, os, stat, sys
+from django.conf import settings
+from django.db import connection
+db = settings.DATABASES["default"]
+modes = {}
+if db["ENGINE"].endswith("sqlite3"):
+    with connection.cursor() as cursor:  # a write makes SQLite create its -wal and -shm files
+        cursor.execute("CREATE TABLE IF NOT EXISTS probe (x)")
+        cursor.execute("INSERT INTO probe VALUES (1)")
+    # While the connection is open: SQLite removes the -wal file when the last one closes.
+    for suffix in ("", "-wal", "-shm"):
+        modes[suffix] = stat.S_IMODE(os.stat(f"{db['NAME']}{suffix}").st_mode)
+json.dump({
+    "DEBUG": settings.DEBUG,
+    "SECRET_KEY": settings.SECRET_KEY,
+    "REDIS_URL": settings.REDIS_URL,
+    "REDIS_IS_EMBEDDED": settings.REDIS_IS_EMBEDDED,
+    "ENGINE": db["ENGINE"],
+    "NAME": str(db["NAME"]),
+    "CONN_MAX_AGE": db["CONN_MAX_AGE"],
+    "TRUSTED": settings.AGENTFAST_TRUSTED_PROXIES,
+    "MODES": modes,
+}, sys.stdout)
+"""
+
+
+def settings_of(var_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Import the production settings in a fresh process, with only the given variables set."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AGENTFAST_", "REDIS_", "DATABASE_"))}
+    clean.update(DJANGO_SETTINGS_MODULE="dashboard.settings", AGENTFAST_VAR_DIR=str(var_dir), PYTHONPATH=str(ROOT))
+    clean.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()\n" + _SHOW],
+        cwd=ROOT,
+        check=False,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def loaded(var_dir: Path, **env: str) -> dict:
+    done = settings_of(var_dir, **env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# -- settings (item 9, 12, 24; django-environ) -------------------------------------------
+
+
+def test_it_keeps_debug_off_unless_a_developer_opts_in(tmp_path):
+    assert loaded(tmp_path / "var")["DEBUG"] is False
+    assert loaded(tmp_path / "var", DJANGO_DEBUG="1")["DEBUG"] is True
+
+
+def test_it_generates_a_private_secret_key_once_and_reuses_it(tmp_path):
+    var = tmp_path / "var"
+
+    first = loaded(var)["SECRET_KEY"]
+    again = loaded(var)["SECRET_KEY"]
+
+    key_file = var / "secret_key"
+    assert first == again == key_file.read_text().strip()
+    assert len(first) >= 50 and "insecure" not in first
+    assert mode(key_file) == 0o600
+    assert [p.name for p in var.iterdir() if p.name.startswith(".secret_key")] == []  # no draft left
+    assert loaded(var, DJANGO_SECRET_KEY="from-the-environment")["SECRET_KEY"] == "from-the-environment"
+
+
+def test_it_keeps_var_and_the_sqlite_files_private(tmp_path):
+    var = tmp_path / "var"
+
+    shown = loaded(var)
+
+    assert Path(shown["NAME"]).parent == var and mode(var) == 0o700
+    assert shown["MODES"] == {"": 0o600, "-wal": 0o600, "-shm": 0o600}
+
+
+def test_it_tightens_an_existing_world_readable_var(tmp_path):
+    var = tmp_path / "var"
+    var.mkdir(mode=0o755)
+    var.chmod(0o755)
+    old = var / "agentfast.sqlite3"
+    old.touch()
+    old.chmod(0o644)
+
+    loaded(var)
+
+    assert mode(var) == 0o700 and mode(old) == 0o600
+
+
+@pytest.mark.parametrize("value", [None, "", "  "])
+def test_it_takes_an_unset_or_empty_redis_url_as_the_embedded_redis(tmp_path, value):
+    env = {} if value is None else {"REDIS_URL": value}
+
+    shown = loaded(tmp_path / "var", **env)
+
+    assert shown["REDIS_IS_EMBEDDED"] is True and shown["REDIS_URL"].startswith("unix://")
+
+
+def test_it_reads_redis_and_database_urls_from_the_environment(tmp_path):
+    shown = loaded(
+        tmp_path / "var",
+        REDIS_URL="redis://cache:6379/2",
+        DATABASE_URL="postgres://app:s%40cret@db.internal:6432/agentfast",
+        AGENTFAST_TRUSTED_PROXIES="10.0.0.0/8, 192.168.1.1",
+    )
+
+    assert (shown["REDIS_IS_EMBEDDED"], shown["REDIS_URL"]) == (False, "redis://cache:6379/2")
+    assert (shown["ENGINE"], shown["NAME"], shown["CONN_MAX_AGE"]) == ("django.db.backends.postgresql", "agentfast", 60)
+    assert shown["TRUSTED"] == ["10.0.0.0/8", "192.168.1.1"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("AGENTFAST_TRUSTED_PROXIES", "10.0.0.0/8,proxy.local", "'proxy.local' is not an IP address"),
+        ("DJANGO_SECURE_PROXY_SSL_HEADER", "https", "is not like 'X-Forwarded-Proto: https'"),
+        ("DATABASE_URL", "mysql://db/x", "unsupported database"),
+    ],
+)
+def test_it_refuses_a_bad_setting_naming_it(tmp_path, variable, value, says):
+    done = settings_of(tmp_path / "var", **{variable: value})
+
+    assert done.returncode != 0 and variable in done.stderr and says in done.stderr
+
+
+# -- error pages (item 9) -----------------------------------------------------------------
+
+
+def test_it_answers_a_bad_host_with_a_small_branded_page(client):
+    response = client.get("/", HTTP_HOST="evil.example")
+
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "agentfast" in body and "Bad request" in body
+    assert len(body) < 3000 and "SECRET" not in body and "settings" not in body.lower()
+
+
+def test_it_shows_a_branded_not_found_page(client_for, alice):
+    response = client_for(alice).get("/no/such/page")
+
+    assert response.status_code == 404
+    assert b"agentfast" in response.content and b"Not found" in response.content
+
+
+def test_it_renders_the_server_error_page_without_any_context():
+    body = render_to_string("500.html")
+
+    assert "agentfast" in body and "Something went wrong" in body and "<script" not in body
+
+
+# -- headers (item 13) -------------------------------------------------------------------
+
+
+def csp(response: HttpResponse) -> dict[str, list[str]]:
+    directives = [d.strip().split() for d in response["Content-Security-Policy"].split(";") if d.strip()]
+    return {name: values for name, *values in directives}
+
+
+def test_it_sends_a_content_security_policy_without_inline_script(client_for, alice):
+    for response in (Client().get("/accounts/login/"), client_for(alice).get("/"), client_for(alice).get("/api/runs")):
+        policy = csp(response)
+        assert policy["script-src"] == ["'self'"]
+        assert policy["object-src"] == ["'none'"] and policy["frame-ancestors"] == ["'none'"]
+        assert policy["base-uri"] == ["'self'"] and policy["form-action"] == ["'self'"]
+        assert policy["img-src"] == ["'self'", "data:"]
+        assert policy["connect-src"] == ["'self'", "ws://testserver"]
+
+
+def test_it_serves_the_api_docs_with_no_inline_script(client_for, alice):
+    response = client_for(alice).get("/api/docs")
+
+    assert response.status_code == 200
+    body = response.content.decode()
+    # Every script is a file of ours or a JSON data block, which a CSP without 'unsafe-inline' allows.
+    for chunk in body.split("<script")[1:]:
+        tag = chunk.split(">", 1)[0]
+        assert " src=" in tag or 'type="application/json"' in tag, tag
+
+
+def test_it_forbids_caching_private_pages_and_every_api_answer(client_for, alice, approval):
+    signed_in = client_for(alice)
+    for url in ("/", f"/approvals/{approval.id}", "/runs", "/api/approvals", "/api/nothing-here"):
+        assert "no-store" in signed_in.get(url)["Cache-Control"], url
+    assert "no-store" in Client().get("/api/approvals")["Cache-Control"]  # a 401 too
+
+
+def test_it_lets_static_files_be_cached(client):
+    response = client.get("/static/css/app.css")
+
+    assert response.status_code == 200 and "no-store" not in response.get("Cache-Control", "")
+
+
+# -- where a decision came from (item 10) ----------------------------------------------
+
+
+def decide_with(alice: User, approval: Approval, **meta: str) -> AuditEntry:
+    token = services.token_create(username="alice")[1]
+    response = Client().post(
+        f"/api/approvals/{approval.id}/decide",
+        data=json.dumps({"decision": "rejected", "note": "no"}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}"},
+        **meta,
+    )
+    assert response.status_code == 200, response.content
+    return AuditEntry.objects.get(approval_id=approval.id)
+
+
+def test_it_ignores_a_forwarded_for_header_from_an_untrusted_peer(alice, approval):
+    entry = decide_with(alice, approval, REMOTE_ADDR="198.51.100.7", HTTP_X_FORWARDED_FOR="10.9.9.9")
+
+    assert entry.origin == "198.51.100.7"
+
+
+def test_it_takes_the_nearest_untrusted_address_behind_trusted_proxies(alice, approval, settings):
+    settings.AGENTFAST_TRUSTED_PROXIES = ["127.0.0.1", "10.0.0.0/8"]
+
+    entry = decide_with(alice, approval, REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="6.6.6.6, 203.0.113.9, 10.1.2.3")
+
+    assert entry.origin == "203.0.113.9"  # 6.6.6.6 is what the client claimed: not believed
+
+
+def test_it_does_not_believe_a_forwarded_hop_that_is_no_address(alice, approval, settings):
+    settings.AGENTFAST_TRUSTED_PROXIES = ["127.0.0.1"]
+
+    entry = decide_with(alice, approval, REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="x" * 300)
+
+    assert entry.origin == "127.0.0.1"
+
+
+# -- deciding for someone else (item 14) -------------------------------------------------
+
+
+def decide_for(user: str, approval: Approval, decided_by: str) -> tuple[int, dict]:
+    token = services.token_create(username=user)[1]
+    response = Client().post(
+        f"/api/approvals/{approval.id}/decide",
+        data=json.dumps({"decision": "approved", "decided_by": decided_by, "auto_resume": False}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    return response.status_code, response.json()
+
+
+@pytest.mark.parametrize("name", ["nobody", "ALICE", "dave"])
+def test_it_refuses_and_audits_an_admin_deciding_for_someone_who_is_no_active_user(carol, alice, approval, name):
+    User.objects.create_user(username="dave", password="dave-password", is_active=False)
+
+    status, body = decide_for("carol", approval, name)
+
+    assert status == 403 and (body["error_code"], body["field"]) == ("not_permitted", "decided_by")
+    assert "no active user" in body["message"]
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.PENDING
+    entry = AuditEntry.objects.get(approval_id=approval.id)
+    assert (entry.actor, entry.on_behalf_of, entry.outcome) == ("carol", name, "not_permitted")
+
+
+def test_it_lets_an_admin_record_a_decision_for_an_existing_user(carol, alice, approval):
+    status, body = decide_for("carol", approval, "alice")
+
+    assert status == 200 and body["decided_by"] == "alice"
+    entry = AuditEntry.objects.get(approval_id=approval.id)
+    assert (entry.actor, entry.on_behalf_of, entry.outcome) == ("carol", "alice", "decided")
