@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from agents import embedded_redis
+from dashboard import processes as embedded_redis
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AGENTFAST_VAR_DIR", BASE_DIR / "var")).resolve()
@@ -153,7 +153,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 256 * 1024
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 REDIS_URL = _redis_url()
-REDIS_IS_EMBEDDED = "REDIS_URL" not in os.environ
+REDIS_IS_EMBEDDED = not os.environ.get("REDIS_URL")
 
 # Redis pub/sub: a group send is one PUBLISH. Nothing is queued for a viewer who is away;
 # viewers catch up from RunEvent rows (SSE replay, the inbox's re-sync).

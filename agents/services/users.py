@@ -40,3 +40,20 @@ def user_create(*, username: str, role: str, password: str | None = None, email:
         )
         user.groups.add(groups[role])
     return user, password
+
+
+def user_set_password(*, username: str, password: str) -> User:
+    """Set an existing user's password after Django's password validators accept it."""
+    from django.contrib.auth import password_validation
+    from django.core.exceptions import ValidationError
+
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        raise InvalidInput(f"no user {username!r}", field="username")
+    try:
+        password_validation.validate_password(password, user)
+    except ValidationError as exc:
+        raise InvalidInput(" ".join(exc.messages), field="password") from None
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    return user

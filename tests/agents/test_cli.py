@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from agents import cli
 from agents.models import Approval, AuditEntry, Run, SideEffect
+from dashboard import cli
 from tests.conftest import ROOT, child_env, wait_for
 from tests.support.flows import pending, start
 
@@ -137,7 +137,7 @@ def test_it_refuses_bad_arguments_and_a_second_different_decision_changing_nothi
     [approval] = pending(run)
 
     code, _, err = run_cli(capsys, "approvals", "approve", approval.id, "--by", "a", "--args", "{not json")
-    assert code == 1 and "--args is not valid JSON" in err and err.count("\n") == 1
+    assert code == 1 and "--args: not valid JSON" in err and err.count("\n") == 1
     code, _, err = run_cli(
         capsys, "approvals", "approve", approval.id, "--by", "a", "--args", '{"order_id": "A1001", "amount_cents": "x"}'
     )
@@ -178,7 +178,7 @@ def test_it_runs_the_readme_flow_with_the_console_script_and_a_worker(start_work
     """The README's four commands, as separate processes, with a real worker resuming."""
     start_worker()
     env = child_env()
-    agentfast = [sys.executable, "-m", "agents.cli"]
+    agentfast = [sys.executable, "-m", "dashboard.cli"]
 
     def call(*argv: str) -> str:
         done = subprocess.run([*agentfast, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
