@@ -105,8 +105,15 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def start_worker(transactional_db, tmp_path: Path) -> Iterator[Callable[..., Worker]]:  # noqa: ANN001
+def start_worker(
+    transactional_db,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., Worker]]:
     """Start real worker processes against the test database; all are stopped afterwards."""
+    if not any(request.node.get_closest_marker(name) for name in ("integration", "browser")):
+        # `make test-fast` deselects by these markers; an unmarked worker test would slip in.
+        pytest.fail("a test that starts workers is marked integration (or browser)")
     workers: list[Worker] = []
 
     def start(**env: str) -> Worker:
