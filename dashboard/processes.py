@@ -187,17 +187,25 @@ def dev_login(path: Path) -> str:
 
     from agents import services
 
-    if not User.objects.filter(username=ADMIN).exists():
+    existing = User.objects.filter(username__iexact=ADMIN).first()
+    if existing is None:
         user, password = services.user_create(username=ADMIN, role="admin")
-        path.write_text(f"{user.username} {password}\n")
-        path.chmod(0o600)
+        _write_private(path, f"{user.username} {password}\n")
         return f"login: {user.username} / {password}"
     saved = path.read_text(errors="replace").split() if path.exists() else []
     if len(saved) == 2:
         user = User.objects.filter(username=saved[0]).first()
         if user is not None and user.check_password(saved[1]):
             return f"login: {saved[0]} / {saved[1]}"
-    return f"login: {ADMIN} (set its password with `agentfast users password {ADMIN}`)"
+    return f"login: {existing.username} (set its password with `agentfast users password {existing.username}`)"
+
+
+def _write_private(path: Path, content: str) -> None:
+    """Write a file only its owner can read, from its first byte (no umask-wide window)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(content)
+    path.chmod(0o600)  # an older file keeps its mode through O_CREAT
 
 
 def _serve(args: argparse.Namespace) -> None:

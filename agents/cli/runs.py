@@ -69,7 +69,8 @@ def _require_broker() -> None:
     reachable, url = queue.broker_reachable()
     if not reachable:
         raise CliError(
-            f"cannot reach the broker at {url}: start it with `make run`, or pass --inline to drive the run in this process"
+            f"cannot reach the broker at {url}: start it with `make run`, "
+            "or pass --inline to drive the run in this process"
         )
 
 
