@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-postgres bench bench-web install clean
+.PHONY: run test test-fast test-postgres bench bench-web install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ run: $(STAMP)
 ## Run the test suite (SQLite by default; set DATABASE_URL=postgres://… for Postgres).
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## The suite without the tests that start worker processes or drive Chromium, for quick loops.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not integration and not browser" $(PYTEST_ARGS)
 
 test-postgres: $(STAMP)
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from agents import embedded_redis
+from dashboard import processes as embedded_redis
 from tests.support.processes import Daphne, Worker
 
 ROOT = Path(__file__).resolve().parent.parent

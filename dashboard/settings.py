@@ -17,7 +17,7 @@ from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
-from agents import embedded_redis
+from dashboard import processes as embedded_redis
 
 env = environ.Env()
 BASE_DIR = Path(__file__).resolve().parent.parent

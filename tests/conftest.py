@@ -13,7 +13,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from agents import embedded_redis, services
+from agents import services
+from dashboard import processes
 from tests.support.processes import ROOT, Worker
 
 # The `fake_openai` fixture: a real local OpenAI-compatible server in place of a model.
@@ -28,8 +29,8 @@ class RedisControl:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        embedded_redis.stop(self.sock)  # a leftover from an interrupted run
-        self.process = embedded_redis.start(self.sock, workdir=self.workdir, daemonize=False)
+        processes.stop(self.sock)  # a leftover from an interrupted run
+        self.process = processes.start(self.sock, workdir=self.workdir, daemonize=False)
 
     def stop(self) -> None:
         if self.process is not None:
@@ -45,7 +46,7 @@ class RedisControl:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisControl]:
-    control = RedisControl(embedded_redis.socket_path(settings.VAR_DIR), settings.VAR_DIR)
+    control = RedisControl(processes.socket_path(settings.VAR_DIR), settings.VAR_DIR)
     control.start()
     yield control
     control.stop()
@@ -55,7 +56,7 @@ def redis_server() -> Iterator[RedisControl]:
 @pytest.fixture(autouse=True)
 def _redis(redis_server: RedisControl) -> RedisControl:
     """Every test gets a running Redis (a test that stopped it gets it back)."""
-    if not embedded_redis.is_up(redis_server.sock):
+    if not processes.is_up(redis_server.sock):
         redis_server.start()
     return redis_server
 
@@ -104,8 +105,15 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def start_worker(transactional_db, tmp_path: Path) -> Iterator[Callable[..., Worker]]:  # noqa: ANN001
+def start_worker(
+    transactional_db,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., Worker]]:
     """Start real worker processes against the test database; all are stopped afterwards."""
+    if not any(request.node.get_closest_marker(name) for name in ("integration", "browser")):
+        # `make test-fast` deselects by these markers; an unmarked worker test would slip in.
+        pytest.fail("a test that starts workers is marked integration (or browser)")
     workers: list[Worker] = []
 
     def start(**env: str) -> Worker:

@@ -76,3 +76,17 @@ def _valid_username(username: str) -> str:
             f"the user name {username!r} is not valid: " + " ".join(exc.messages), field="username"
         ) from None
     return username
+
+
+def user_set_password(*, username: str, password: str) -> User:
+    """Set an existing user's password after Django's password validators accept it."""
+    user = User.objects.filter(username__iexact=username.strip()).first()
+    if user is None:
+        raise InvalidInput(f"no user {username!r}", field="username")
+    try:
+        validate_password(password, user)
+    except ValidationError as exc:
+        raise InvalidInput("the password is too weak: " + " ".join(exc.messages), field="password") from None
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    return user

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from agents import cli
 from agents.models import Approval, AuditEntry, Run, SideEffect
+from dashboard import cli
 from tests.conftest import ROOT, child_env, wait_for
 from tests.support.flows import pending, start
 
@@ -137,7 +138,7 @@ def test_it_refuses_bad_arguments_and_a_second_different_decision_changing_nothi
     [approval] = pending(run)
 
     code, _, err = run_cli(capsys, "approvals", "approve", approval.id, "--by", "a", "--args", "{not json")
-    assert code == 1 and "--args is not valid JSON" in err and err.count("\n") == 1
+    assert code == 1 and "--args: not valid JSON" in err and err.count("\n") == 1
     code, _, err = run_cli(
         capsys, "approvals", "approve", approval.id, "--by", "a", "--args", '{"order_id": "A1001", "amount_cents": "x"}'
     )
@@ -178,7 +179,7 @@ def test_it_runs_the_readme_flow_with_the_console_script_and_a_worker(start_work
     """The README's four commands, as separate processes, with a real worker resuming."""
     start_worker()
     env = child_env()
-    agentfast = [sys.executable, "-m", "agents.cli"]
+    agentfast = [sys.executable, "-m", "dashboard.cli"]
 
     def call(*argv: str) -> str:
         done = subprocess.run([*agentfast, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
@@ -276,3 +277,115 @@ def test_it_defers_an_email_and_shows_the_check_before_asking_through_the_cli(db
     assert checked["status"] == "completed"
     assert _pending_ids(capsys) == [approval_id]  # nobody was asked about the refund
     assert "at most the order total" in _show(capsys, checked["id"])["tool_calls"][-1]["result"]["message"]
+
+
+def agentfast(*argv: str | bytes, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the console script's module in a child process; argv may hold raw bytes, as a shell passes them."""
+    args = [sys.executable, "-m", "dashboard.cli", *(a if isinstance(a, bytes) else a.encode() for a in argv)]
+    return subprocess.run(
+        args, cwd=ROOT, env=child_env(**env), capture_output=True, text=True, errors="replace", timeout=60, check=False
+    )
+
+
+def assert_one_line(done: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("agentfast: ") and all(n in done.stderr for n in needles), done.stderr
+
+
+INVALID_UTF8 = b"caf\xe9 \xff"
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        ([b"approve", b"{id}", b"--by", b"alice", b"--note", INVALID_UTF8], "--note"),
+        ([b"reject", b"{id}", b"--by", b"alice", b"--feedback", INVALID_UTF8], "--feedback"),
+        ([b"approve", b"{id}", b"--by", INVALID_UTF8], "--by"),
+    ],
+)
+def test_it_refuses_invalid_utf8_in_decisions_naming_the_option(transactional_db, argv, option):
+    [approval] = pending(start(REFUND))
+
+    done = agentfast("approvals", *(a.replace(b"{id}", approval.id.encode()) for a in argv))
+
+    assert_one_line(done, option, "not valid text")
+    assert Approval.objects.get(pk=approval.id).status == "pending"
+    assert not AuditEntry.objects.exists()
+
+
+def test_it_refuses_invalid_utf8_in_a_prompt_and_starts_nothing(transactional_db):
+    done = agentfast("runs", "start", "--agent", "support", "--inline", b"Refund order A1001 \xff")
+
+    assert_one_line(done, "PROMPT", "not valid text")
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "problem"),
+    [
+        ("--args", '{"order_id": "A1001", "amount_cents": NaN}', "NaN is not a JSON number"),
+        ("--args", '{"order_id": "A1001", "amount_cents": -Infinity}', "-Infinity is not a JSON number"),
+        ("--payload", '{"answer": ' + "[" * 5000 + "]" * 5000 + "}", "nested deeper than"),
+        ("--args", '{"order_id": "\\ud800", "amount_cents": 100}', "lone surrogate"),
+    ],
+    ids=["nan", "infinity", "deep", "surrogate"],
+)
+def test_it_refuses_nan_infinity_and_deep_nesting_in_json_options(transactional_db, option, value, problem):
+    [approval] = pending(start(REFUND))
+
+    done = agentfast("approvals", "approve", approval.id, "--by", "alice", "--no-resume", option, value)
+
+    assert_one_line(done, option, problem)
+    assert Approval.objects.get(pk=approval.id).status == "pending"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "agents:\n  caf\xe9: {model: demo}\n".encode("latin-1")],
+    ids=["binary", "latin-1"],
+)
+def test_it_reports_an_unreadable_config_file_in_one_line(db, tmp_path, content):
+    config = tmp_path / "agentfast.yaml"
+    config.write_bytes(content)
+
+    done = agentfast("runs", "list", AGENTFAST_CONFIG=str(config))
+
+    assert_one_line(done, str(config))
+
+
+def test_it_exits_quietly_when_the_reader_closes_the_pipe(db):
+    """`agentfast runs list | head -1`: the reader is gone before the command writes."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "dashboard.cli", "runs", "list"],
+            cwd=ROOT,
+            env=child_env(),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+
+    assert done.stderr == ""
+    assert done.returncode == 1
+
+
+def test_it_refuses_an_unknown_run_status_with_the_choices(db, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["runs", "list", "--status", "bogus"])
+
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'bogus'" in err and "suspended" in err
+
+
+def test_it_offers_every_run_status_of_the_model():
+    from agents.cli.runs import RUN_STATUSES
+
+    assert set(RUN_STATUSES) == set(Run.Status.values)

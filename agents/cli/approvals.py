@@ -1,0 +1,120 @@
+"""`agentfast approvals`: list, show, approve and reject."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import socket
+from typing import Any
+
+from agents.cli.output import ago, command, compact, echo, indent, json_object, print_json, print_table
+
+APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired", "all")
+
+
+def register(groups: Any) -> None:
+    """Add the `approvals` group."""
+    parser = groups.add_parser("approvals", help="list, show, approve and reject approvals")
+    actions = parser.add_subparsers(metavar="ACTION")
+    listing = command(actions, "list", _list, "list approvals (pending by default)", json_flag=True)
+    listing.add_argument("--status", default="pending", choices=APPROVAL_STATUSES)
+    listing.add_argument("--agent")
+    listing.add_argument("--tool")
+    listing.add_argument("--limit", type=int, default=100)
+    show = command(actions, "show", _show, "show one approval", json_flag=True)
+    show.add_argument("id")
+    approve = command(actions, "approve", _approve, "approve a call (optionally with edited arguments)", json_flag=True)
+    approve.add_argument("id")
+    approve.add_argument("--by", required=True, help="who decides")
+    approve.add_argument("--note", default="")
+    approve.add_argument("--args", dest="arguments", help="edited arguments, a JSON object")
+    approve.add_argument("--payload", help="a JSON object for a tool that asked a question")
+    approve.add_argument("--answer", help="shorthand for --payload '{\"answer\": TEXT}'")
+    approve.add_argument("--no-resume", action="store_true", help="leave the resume to the caller")
+    reject = command(actions, "reject", _reject, "reject a call; the model reads the note", json_flag=True)
+    reject.add_argument("id")
+    reject.add_argument("--by", required=True, help="who decides")
+    reject.add_argument("--note", default="")
+    reject.add_argument("--feedback", default="", help="a message for the model to revise its call with")
+    reject.add_argument("--no-resume", action="store_true", help="leave the resume to the caller")
+
+
+def _list(args: argparse.Namespace) -> None:
+    from agents import selectors, serializers
+
+    approvals = selectors.approval_list(status=args.status, agent=args.agent, tool=args.tool)[: args.limit]
+    rows = [serializers.approval_summary(a) for a in approvals]
+    if args.json:
+        return print_json(rows)
+    if not rows:
+        echo(f"No {'' if args.status == 'all' else args.status + ' '}approvals.")
+        return None
+    table = [
+        [r["id"], r["tool"], compact(r["arguments"], 48), r["mode"], r["status"], ago(r["created_at"])] for r in rows
+    ]
+    print_table(["ID", "TOOL", "ARGUMENTS", "MODE", "STATUS", "WAITING"], table)
+    return None
+
+
+def _show(args: argparse.Namespace) -> None:
+    from agents import selectors, serializers, text
+
+    detail = serializers.approval_detail(selectors.approval_get(args.id))
+    if args.json:
+        return print_json(detail)
+    fields = ("id", "run_id", "agent", "tool", "mode", "status", "created_at", "decided_by", "decided_at", "note")
+    for key in (*fields, "feedback"):
+        if detail[key] not in (None, ""):
+            echo(f"{key + ':':12} {detail[key]}")
+    echo("arguments:\n" + indent(text.dumps(detail["arguments"], indent=2)))
+    for key in ("edited_arguments", "request", "payload"):
+        if detail[key] is not None:
+            echo(f"{key}:\n" + indent(text.dumps(detail[key], indent=2)))
+    return None
+
+
+def _approve(args: argparse.Namespace) -> None:
+    arguments = json_object(args.arguments, "--args")
+    payload = json_object(args.payload, "--payload")
+    if args.answer is not None:
+        payload = {**(payload or {}), "answer": args.answer}
+    _decide(args, "approved", arguments=arguments, payload=payload)
+
+
+def _reject(args: argparse.Namespace) -> None:
+    _decide(args, "rejected", feedback=args.feedback)
+
+
+def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
+    from agents import queue, serializers, services
+
+    attempt = services.Attempt(actor=args.by, source="cli", origin=f"{getpass.getuser()}@{socket.gethostname()}")
+    result = services.approval_decide(
+        approval_id=args.id,
+        decision=decision,
+        attempt=attempt,
+        note=args.note,
+        auto_resume=False if args.no_resume else None,
+        **fields,
+    )
+    if args.json:
+        detail = serializers.approval_detail(result.approval)
+        return print_json({**detail, "outcome": result.outcome, "resume_enqueued": result.resume_enqueued})
+    approval = result.approval
+    if result.outcome == "idempotent":
+        echo(f"{approval.id} was already {approval.status} by {approval.decided_by}; nothing changed.")
+        return None
+    echo(f"{decision.capitalize()} {approval.id} ({approval.tool}) as {approval.decided_by}.")
+    if result.resume_enqueued or approval.mode == "defer":
+        reachable, url = queue.broker_reachable()
+        if not reachable:
+            echo(
+                f"warning: the broker is unreachable ({url}); the decision is saved and the sweeper will act on it "
+                "once the broker is back.",
+                err=True,
+            )
+        else:
+            echo("The run resumes in a worker." if result.resume_enqueued else "The deferred call runs in a worker.")
+    elif approval.mode == "suspend" and not args.no_resume:
+        echo("The run resumes once its other pending approvals are decided.")
+    return None

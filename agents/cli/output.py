@@ -1,0 +1,84 @@
+"""What every command group shares: the one-line error, JSON parsing of options, and printing."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from agents import text
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+Handler = Callable[[argparse.Namespace], "int | None"]
+
+
+class CliError(Exception):
+    """A problem to report in one line, exiting non-zero."""
+
+
+def command(parent: Any, name: str, handler: Handler, help: str, *, json_flag: bool = False) -> argparse.ArgumentParser:
+    """Add a subcommand whose arguments are checked as text before `handler` runs."""
+    parser = parent.add_parser(name, help=help, description=help)
+    parser.set_defaults(handler=handler, command_parser=parser)
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def json_object(value: str | None, flag: str) -> dict[str, Any] | None:
+    """Parse a person's JSON object option; refuse NaN, bad characters and deep nesting."""
+    if value is None:
+        return None
+    try:
+        parsed = text.loads_strict(value, field=flag)
+    except text.UnsafeText as exc:
+        raise CliError(exc.message) from None
+    if not isinstance(parsed, dict):
+        raise CliError(f"{flag} must be a JSON object, like '{{\"amount_cents\": 1000}}'")
+    return parsed
+
+
+def echo(line: str = "", *, err: bool = False) -> None:
+    """Print a line of stored text; text that cannot be encoded is shown repaired, never raised."""
+    print(text.repair(line), file=sys.stderr if err else sys.stdout)
+
+
+def print_json(value: Any) -> None:
+    echo(text.dumps(value, indent=2))
+
+
+def print_table(headers: list[str], rows: list[list[Any]], indent: str = "") -> None:
+    cells = [headers, *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        echo(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def compact(value: Any, limit: int) -> str:
+    return cut(text.dumps(value, separators=(",", ":")) if value is not None else "", limit)
+
+
+def cut(value: str, limit: int) -> str:
+    value = " ".join(value.split())
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def indent(value: str) -> str:
+    return "\n".join("  " + line for line in value.splitlines())
+
+
+def ago(iso: str | None) -> str:
+    from django.utils import timezone
+    from django.utils.dateparse import parse_datetime
+
+    when = parse_datetime(iso) if iso else None
+    if when is None:
+        return ""
+    seconds = int((timezone.now() - when).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{max(seconds, 0)}s ago"

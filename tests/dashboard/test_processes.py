@@ -1,0 +1,136 @@
+"""The site's process commands: `agentfast dev` (make run), its login, and the embedded Redis."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from django.contrib.auth.models import User
+
+from agents import services
+from dashboard import processes
+from tests.conftest import wait_for
+from tests.support.processes import ROOT, free_port
+
+
+def test_it_creates_the_admin_login_once_and_keeps_it_private(db, tmp_path):
+    login_file = tmp_path / "login.txt"
+
+    line = processes.dev_login(login_file)
+
+    username, password = login_file.read_text().split()
+    assert line == f"login: {username} / {password}" and username == "admin"
+    assert User.objects.get(username="admin").check_password(password)
+    assert login_file.stat().st_mode & 0o777 == 0o600
+    assert processes.dev_login(login_file) == line
+
+
+@pytest.mark.parametrize("login_text", [None, "admin not-the-password\n"], ids=["missing", "stale"])
+def test_it_never_deletes_or_changes_an_existing_admin(db, tmp_path, login_text):
+    admin, _ = services.user_create(username="admin", role="admin", password="chosen-by-a-person")
+    _, token = services.token_create(username="admin", name="ci")
+    login_file = tmp_path / "login.txt"
+    if login_text is not None:
+        login_file.write_text(login_text)
+
+    line = processes.dev_login(login_file)
+
+    assert "agentfast users password admin" in line and "chosen-by-a-person" not in line
+    kept = User.objects.get(username="admin")
+    assert kept.pk == admin.pk and kept.check_password("chosen-by-a-person")
+    assert services.token_authenticate(token) == kept
+
+
+def test_it_sets_a_password_through_the_cli_running_the_validators(db, capsys, alice):
+    from dashboard import cli
+
+    assert cli.main(["users", "password", "alice", "--password", "short"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("agentfast: ") and "too short" in err and err.count("\n") == 1
+    assert User.objects.get(pk=alice.pk).check_password("alice-password")
+
+    assert cli.main(["users", "password", "alice", "--password", "a long enough passphrase"]) == 0
+    assert User.objects.get(pk=alice.pk).check_password("a long enough passphrase")
+    assert cli.main(["users", "password", "nobody", "--password", "a long enough passphrase"]) == 1
+
+
+def test_it_pings_and_shuts_down_the_embedded_redis(tmp_path):
+    sock = processes.socket_path(tmp_path)
+    server = processes.start(sock, workdir=tmp_path, daemonize=False)
+    try:
+        assert processes.is_up(sock)
+        processes.stop(sock)
+        assert server is not None and server.wait(timeout=10) == 0
+        assert not processes.is_up(sock)
+    finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+
+
+def _dev_env(var_dir: Path, port: int) -> dict[str, str]:
+    """The environment of `make run` on a fresh machine, with REDIS_URL set but empty."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "AGENTFAST_TEST_VAR_DIR", "AGENTFAST_CONFIG"}
+    }
+    env.update(
+        DJANGO_SETTINGS_MODULE="dashboard.settings",
+        REDIS_URL="",
+        AGENTFAST_VAR_DIR=str(var_dir),
+        AGENTFAST_PORT=str(port),
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _stop_dev(dev: subprocess.Popen[bytes], log: Path) -> None:
+    """SIGTERM `dev` (honcho stops its children); SIGKILL whatever is left of the groups it started."""
+    if dev.poll() is None:
+        os.killpg(dev.pid, signal.SIGTERM)
+        try:
+            dev.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.wait(timeout=10)
+    for pid in re.findall(r"started \(pid=(\d+)\)", log.read_text(errors="replace")):
+        try:
+            os.killpg(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.integration
+def test_it_runs_make_run_with_an_empty_redis_url_and_announces_a_working_login(tmp_path):
+    """`agentfast dev` with REDIS_URL="": the embedded Redis answers, the web answers, the printed login works."""
+    var_dir, port, log = tmp_path / "var", free_port(), tmp_path / "dev.log"
+    with log.open("wb") as out:
+        dev = subprocess.Popen(
+            [sys.executable, "-m", "dashboard.cli", "dev"],
+            cwd=ROOT,
+            env=_dev_env(var_dir, port),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: "agentfast is ready on" in log.read_text(), timeout=180, what="agentfast dev to announce")
+        username, password = re.search(r"login: (\S+) / (\S+)", log.read_text()).groups()
+
+        assert redis.Redis(unix_socket_path=str(processes.socket_path(var_dir))).ping()
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as web:
+            assert web.get("/healthz").status_code == 200
+            web.get("/accounts/login/")
+            login = {"username": username, "password": password, "csrfmiddlewaretoken": web.cookies["csrftoken"]}
+            assert web.post("/accounts/login/", data=login).headers.get("location") == "/"
+            assert web.get("/").status_code == 200
+    finally:
+        _stop_dev(dev, log)
+        processes.stop(processes.socket_path(var_dir))
