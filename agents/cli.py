@@ -393,7 +393,8 @@ def _runs_resume(args: argparse.Namespace) -> None:
 def _runs_cancel(args: argparse.Namespace) -> None:
     from agents import services
 
-    run = services.run_cancel(run_id=args.id, by=args.by)
+    attempt = services.Attempt(actor=args.by, source="cli", origin=f"{getpass.getuser()}@{socket.gethostname()}")
+    run = services.run_cancel(run_id=args.id, attempt=attempt)
     if args.json:
         return _print_json({"id": run.id, "status": run.status})
     print(f"{run.id} cancelled")
