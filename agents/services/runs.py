@@ -207,7 +207,11 @@ def run_cancel(*, run_id: str, attempt: Attempt) -> Run:
     return _get(run_id)
 
 
-_CANCELLED_OUTPUT = {"ok": False, "error_code": "RUN_CANCELLED", "message": "The run was cancelled; the call did not run."}
+_CANCELLED_OUTPUT = {
+    "ok": False,
+    "error_code": "RUN_CANCELLED",
+    "message": "The run was cancelled; the call did not run.",
+}
 
 
 def _locked(run_id: str) -> Run:
