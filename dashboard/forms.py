@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
@@ -29,7 +28,7 @@ class DecisionForm(forms.Form):
     def __init__(self, *args: Any, approval: Approval, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.approval = approval
-        self.fields["arguments"].initial = json.dumps(approval.tool_call.arguments or {}, indent=2, ensure_ascii=False)
+        self.fields["arguments"].initial = agents_text.dumps(approval.tool_call.arguments or {}, indent=2)
 
     def clean_arguments(self) -> dict[str, Any] | None:
         text = self.cleaned_data["arguments"].strip()
