@@ -16,7 +16,7 @@ from django.test import Client
 
 from agents import services, text
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent, SideEffect, ToolCall
-from agents.tools import registry
+from agents.tools import ToolContext, ToolError, registry
 from tests.support.flows import decide, pending, resume, start, tool_outputs
 
 REFUND = "Refund order A1001 for 25.00 USD"
@@ -139,14 +139,15 @@ def test_it_tells_the_tool_the_reviewers_own_answer(db):
     assert tool_outputs(run)[-1]["result"]["answer"] == "no, wait a day"
 
 
-def test_it_never_invents_an_answer_for_a_question_nobody_answered(db):
-    run = start(QUESTION, auto_resume=False)
-    [question] = pending(run)
+def test_it_never_invents_an_answer_for_a_question_nobody_answered():
+    ask_human = registry.get("ask_human")
+    # A decision without an answer (e.g. a deadline's approval): the tool runs with no payload.
+    ctx = ToolContext(
+        run_id="run_1", tool_call_id="call_1", idempotency_key="k", approval_id="appr_1", approval_note="ok"
+    )
 
-    services.approval_expire(approval=question, actor="system", reason="no decision before the deadline")
-    resume(run)
-
-    assert "yes" not in str(tool_outputs(run)[-1])
+    with pytest.raises(ToolError, match="Nobody answered"):
+        ask_human(ctx, {"question": "Expedite order A1003?"})
 
 
 # -- model and tool output is repaired, never refused ----------------------------------------------
