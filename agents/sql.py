@@ -55,7 +55,13 @@ def run_lease(*, run_id: str, owner: str, now: datetime, expires_at: datetime) -
         Run.Status.SUSPENDED,
         *_PENDING_SUSPEND_PARAMS,
     ]
-    return _one(sql, params)
+    row = _one(sql, params)
+    if row is None:
+        return None
+    agent, steps, prompt, auto_resume, has_own_agent = row
+    # SQLite answers 0 and 1; and in RETURNING (3.40) may say a NULL JSON column IS NOT NULL,
+    # which only costs the caller a read that finds no agent definition.
+    return agent, steps, prompt, bool(auto_resume), bool(has_own_agent)
 
 
 def run_write(
