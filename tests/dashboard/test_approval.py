@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from agents import services
 from agents.models import Approval, AuditEntry, Message, SideEffect
 from tests.support.flows import decide, pending, resume, start
 
@@ -253,3 +254,30 @@ def test_it_refuses_to_approve_a_question_without_an_answer(client_for, alice):
     assert "asked a question" in response.content.decode()
     question.refresh_from_db()
     assert question.status == "pending" and question.payload is None
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"arguments": {"order_id": "A1001", "amount_cents": True}}, "amount_cents"),
+        ({"arguments": {"order_id": "A1001", "amount_cents": "1500"}}, "amount_cents"),
+        ({"arguments": {"order_id": "A1001", "amount_cents": 1000.0}}, "amount_cents"),
+        ({"feedback": "offer 10.00"}, "feedback"),
+        ({"note": "ok\u0000"}, "note"),
+    ],
+    ids=["bool", "string", "float", "feedback", "nul-note"],
+)
+def test_it_refuses_the_same_input_through_the_api(client, alice, approval, body, field):
+    token = services.token_create(username="alice")[1]
+
+    response = client.post(
+        f"/api/approvals/{approval.id}/decide",
+        data=json.dumps({"decision": "approved", **body}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+    assert response.status_code == 400, response.content  # the API's status for invalid input
+    assert response.json()["error_code"] == "invalid" and field in response.json()["field"]
+    approval.refresh_from_db()
+    assert approval.status == "pending" and SideEffect.objects.count() == 0
