@@ -70,6 +70,8 @@ def inbox(request: HttpRequest) -> HttpResponse:
 
 
 def _approval_or_404(approval_id: str) -> Approval:
+    if text.problem(approval_id) is not None:  # no approval has such an id (and PostgreSQL refuses NUL)
+        raise Http404("No such approval.")
     try:
         return selectors.approval_get(approval_id)
     except services.NotFound:

@@ -126,9 +126,7 @@ def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
 
 
 def _get_or_audit(approval_id: str, decision: str, attempt: Attempt) -> Approval:
-    approval = None
-    if text.problem(approval_id) is None and len(approval_id) <= APPROVAL_ID_CHARS:
-        approval = Approval.objects.select_related("tool_call", "run").filter(pk=approval_id).first()
+    approval = _find(approval_id)
     if approval is None:
         _audit_refusal(approval_id, attempt, decision, AuditEntry.Outcome.NOT_FOUND, {})
         raise NotFound(f"no approval {text.repair(approval_id)[:APPROVAL_ID_CHARS]}")
@@ -143,6 +141,13 @@ def _get_or_audit(approval_id: str, decision: str, attempt: Attempt) -> Approval
         )
         raise refusal
     return approval
+
+
+def _find(approval_id: str) -> Approval | None:
+    """Return the approval, or None; an id no approval can have (NUL, too long) is not even looked up."""
+    if text.problem(approval_id) is not None or len(approval_id) > APPROVAL_ID_CHARS:
+        return None
+    return Approval.objects.select_related("tool_call", "run").filter(pk=approval_id).first()
 
 
 def _validated_or_audit(
@@ -241,7 +246,7 @@ def _refuse_or_repeat(
 
 def approval_refuse(*, approval_id: str, decision: str, attempt: Attempt, outcome: str, reason: str) -> None:
     """Audit a decision attempt that its caller refused before deciding (not permitted, unreadable)."""
-    approval = Approval.objects.filter(pk=approval_id).first()
+    approval = _find(approval_id)
     _audit_refusal(approval_id, attempt, decision, outcome, {"error": reason}, approval=approval)
 
 

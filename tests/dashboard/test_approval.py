@@ -281,3 +281,11 @@ def test_it_refuses_the_same_input_through_the_api(client, alice, approval, body
     assert response.json()["error_code"] == "invalid" and field in response.json()["field"]
     approval.refresh_from_db()
     assert approval.status == "pending" and SideEffect.objects.count() == 0
+
+
+def test_it_audits_an_approval_id_with_a_nul_as_not_found(client_for, alice, approval):
+    response = client_for(alice).post(f"/approvals/{approval.id}%00/decide", {"decision": "approved"})
+
+    assert response.status_code == 404
+    [refusal] = AuditEntry.objects.filter(outcome="not_found")
+    assert refusal.approval_id == approval.id + "\ufffd"
