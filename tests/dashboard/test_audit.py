@@ -225,3 +225,20 @@ def test_it_streams_the_csv_under_asgi_while_reading_it(client_for, carol, histo
     assert len(parts) >= 2  # the header went out before any row was read
     assert [r["approval_id"] for r in table][-1] == "appr_late"
     assert len(table) == 4
+
+
+def test_it_lists_who_cancelled_a_run_and_from_where(client_for, carol, paused):
+    attempt = services.Attempt(actor="carol", source="api", origin="10.0.0.9")
+    services.run_cancel(run_id=paused.id, attempt=attempt)
+
+    response = client_for(carol).get("/audit?person=carol")
+
+    html = response.content.decode()
+    assert response.status_code == 200 and rows(html) == 2  # the cancel, and the approval it expired
+    assert f'href="/runs/{paused.id}"' in html and "10.0.0.9" in html and "cancelled" in html
+    [row] = [
+        r
+        for r in csv.DictReader(io.StringIO(csv_body(client_for(carol).get("/audit.csv"))))
+        if r["action"] == "cancelled"
+    ]
+    assert (row["actor"], row["source"], row["origin"], row["run_id"]) == ("carol", "api", "10.0.0.9", paused.id)
