@@ -67,7 +67,7 @@ def approval_decide(
         "decided_by": attempt.decider,
         "decided_at": timezone.now(),
         "note": note,
-        "feedback": feedback,
+        "feedback": feedback if decision == Approval.Status.REJECTED else "",  # blank otherwise: refused above
         "arguments": arguments,
         "payload": payload,
     }
