@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from agents import text
 from agents.models import Approval, Run, SideEffect, ToolCall
+
+
+def _shown(build: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """Repair what a shape carries: rows written by older versions may hold text no client can decode."""
+
+    @functools.wraps(build)
+    def shaped(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return text.repair(build(*args, **kwargs), max_depth=text.MAX_STORED_DEPTH)
+
+    return shaped
 
 
 def _time(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+@_shown
 def approval_summary(approval: Approval) -> dict[str, Any]:
     return {
         "id": approval.id,
@@ -24,6 +38,7 @@ def approval_summary(approval: Approval) -> dict[str, Any]:
     }
 
 
+@_shown
 def approval_detail(approval: Approval) -> dict[str, Any]:
     return {
         **approval_summary(approval),
@@ -39,6 +54,7 @@ def approval_detail(approval: Approval) -> dict[str, Any]:
     }
 
 
+@_shown
 def tool_call(call: ToolCall) -> dict[str, Any]:
     return {
         "call_id": call.call_id,
@@ -52,6 +68,7 @@ def tool_call(call: ToolCall) -> dict[str, Any]:
     }
 
 
+@_shown
 def run_detail(run: Run) -> dict[str, Any]:
     return {
         "id": run.id,
@@ -91,6 +108,7 @@ def run_detail(run: Run) -> dict[str, Any]:
     }
 
 
+@_shown
 def run_summary(run: Run) -> dict[str, Any]:
     return {
         "id": run.id,
@@ -101,6 +119,7 @@ def run_summary(run: Run) -> dict[str, Any]:
     }
 
 
+@_shown
 def side_effect(effect: SideEffect) -> dict[str, Any]:
     return {
         "tool": effect.tool,

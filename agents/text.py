@@ -23,6 +23,8 @@ from typing import Any
 
 REPLACEMENT = "\ufffd"
 MAX_DEPTH = 32  # nesting of JSON values; tool arguments need a handful
+# Repairing what is already stored keeps nesting up to here (a model's result may be deep).
+MAX_STORED_DEPTH = 200
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
 
 

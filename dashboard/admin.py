@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from agents import text
 from agents.models import (
     ApiToken,
     Approval,
@@ -24,6 +25,16 @@ from agents.models import (
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        """Return the row with its text repaired for display: every stored row must render."""
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            for field in obj._meta.concrete_fields:
+                value = getattr(obj, field.attname)
+                if isinstance(value, str | dict | list):
+                    setattr(obj, field.attname, text.repair(value, max_depth=text.MAX_STORED_DEPTH))
+        return obj
+
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 

@@ -163,7 +163,8 @@ def run_resume(request: HttpRequest, run_id: Id, after: int | None = Query(None,
 @api.post("/runs/{run_id}/cancel", response={200: RunDetailOut, **_WRITE_ERRORS}, tags=["runs"])
 def run_cancel(request: HttpRequest, run_id: Id) -> dict[str, Any]:
     """Cancel a run that has not ended; its pending approvals expire."""
-    return serializers.run_detail(services.run_cancel(run_id=run_id, by=request.user.get_username()))
+    attempt = attempt_from(request, source=AuditEntry.Source.API)
+    return serializers.run_detail(services.run_cancel(run_id=run_id, attempt=attempt))
 
 
 @api.get(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
@@ -11,6 +10,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agents import selectors
+from agents import text as agents_text
 from agents.models import Approval, AuditEntry, Run
 from agents.services.approvals import MAX_TEXT_CHARS
 
@@ -28,16 +28,19 @@ class DecisionForm(forms.Form):
     def __init__(self, *args: Any, approval: Approval, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.approval = approval
-        self.fields["arguments"].initial = json.dumps(approval.tool_call.arguments or {}, indent=2, ensure_ascii=False)
+        self.fields["arguments"].initial = agents_text.dumps(approval.tool_call.arguments or {}, indent=2)
 
     def clean_arguments(self) -> dict[str, Any] | None:
         text = self.cleaned_data["arguments"].strip()
         if not text:
             return None
         try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise forms.ValidationError(f"This is not valid JSON: {exc}") from None
+            # Strict: a person's JSON with NaN, NUL, lone surrogates or deep nesting is refused here.
+            value = agents_text.loads_strict(text, field="arguments")
+        except agents_text.UnsafeText as exc:
+            raise forms.ValidationError(
+                f"These arguments cannot be used: {exc.message.removeprefix('arguments: ')}."
+            ) from None
         if not isinstance(value, dict):
             raise forms.ValidationError('The arguments must be a JSON object, like {"order_id": "A1001"}.')
         return value
@@ -112,7 +115,7 @@ class AuditFilter(forms.Form):
             entries = entries.filter(outcome=data["outcome"])
         if data["since"]:
             entries = entries.filter(created_at__gte=_day_start(data["since"]))
-        if data["until"]:
+        if data["until"] and data["until"] < date.max:  # the last day there is has no end to filter by
             entries = entries.filter(created_at__lt=_day_start(data["until"] + timedelta(days=1)))
         return entries
 

@@ -7,11 +7,12 @@ gets the partial that a full page includes, so every piece of markup has one tem
 from __future__ import annotations
 
 import csv
-import json
-from collections.abc import Iterator
+import unicodedata
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
+from asgiref.sync import sync_to_async
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
@@ -22,7 +23,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from agents import selectors, services
+from agents import selectors, services, text
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent
 from agents.tools import registry
 from dashboard import playground
@@ -70,6 +71,8 @@ def inbox(request: HttpRequest) -> HttpResponse:
 
 
 def _approval_or_404(approval_id: str) -> Approval:
+    if text.problem(approval_id) is not None:  # no approval has such an id (and PostgreSQL refuses NUL)
+        raise Http404("No such approval.")
     try:
         return selectors.approval_get(approval_id)
     except services.NotFound:
@@ -128,7 +131,11 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     if not is_reviewer(request.user):
         _refuse(request, approval_id, AuditEntry.Outcome.NOT_PERMITTED, "not a reviewer")
         raise PermissionDenied("reviewers only")
-    approval = _approval_or_404(approval_id)
+    try:
+        approval = _approval_or_404(approval_id)
+    except Http404:
+        _refuse(request, approval_id, AuditEntry.Outcome.NOT_FOUND, "no such approval")
+        raise
     form = DecisionForm(request.POST, approval=approval)
     if form.is_valid():
         status, approval = _decide(request, form)
@@ -168,7 +175,8 @@ def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval]:
             decision=data["decision"],
             attempt=attempt_from(request, source=AuditEntry.Source.WEB),
             note=data["note"],
-            feedback=data["feedback"] if data["decision"] == Approval.Status.REJECTED else "",
+            # Sent whatever the decision: the service refuses an approval with feedback, never drops it.
+            feedback=data["feedback"],
             arguments=form.edited_arguments(),
             payload=form.payload(),
         )
@@ -254,7 +262,11 @@ def audit(request: HttpRequest) -> HttpResponse:
 @require_GET
 @admin_required
 def audit_csv(request: HttpRequest) -> StreamingHttpResponse:
-    """Stream the filtered audit history as CSV, one row per decision attempt."""
+    """Stream the filtered audit history as CSV, oldest first, one row per decision attempt.
+
+    The rows come from an async iterator, a batch at a time: under ASGI Django sends each
+    batch as it is read (a sync iterator would be read whole into memory first).
+    """
     entries = AuditFilter(request.GET).apply(AuditEntry.objects.all())
     name = f"agentfast-audit-{timezone.now():%Y%m%d-%H%M%S}.csv"
     response = StreamingHttpResponse(_csv_lines(entries), content_type="text/csv; charset=utf-8")
@@ -262,38 +274,65 @@ def audit_csv(request: HttpRequest) -> StreamingHttpResponse:
     return response
 
 
+CSV_BATCH = 1000
+
+
 class _Echo:
     def write(self, value: str) -> str:
         return value
 
 
-def _csv_lines(entries: QuerySet[AuditEntry]) -> Iterator[str]:
+async def _csv_lines(entries: QuerySet[AuditEntry]) -> AsyncIterator[str]:
+    """Yield the header, then the rows a batch at a time, by id (keyset: each batch is one indexed query)."""
     writer = csv.writer(_Echo())
     yield writer.writerow(AUDIT_CSV_COLUMNS)
-    for entry in entries.iterator(chunk_size=500):
-        detail = entry.detail or {}
-        row = [
-            entry.created_at.isoformat(),
-            entry.actor,
-            entry.on_behalf_of,
-            entry.action,
-            entry.tool,
-            entry.approval_id,
-            entry.run_id,
-            entry.source,
-            entry.origin,
-            entry.outcome,
-            detail.get("note", ""),
-            json.dumps(detail.get("arguments_diff", {}), ensure_ascii=False),
-            json.dumps(detail, ensure_ascii=False, default=str),
-        ]
-        yield writer.writerow([_spreadsheet_safe(str(value)) for value in row])
+    after: int | None = 0
+    while after is not None:
+        after, lines = await sync_to_async(_csv_batch)(entries, after, writer)
+        if lines:
+            yield lines
+
+
+def _csv_batch(entries: QuerySet[AuditEntry], after: int, writer: Any) -> tuple[int | None, str]:
+    """Return the CSV lines of the next batch after id `after`, and its last id (None: the export is done)."""
+    batch = list(entries.filter(pk__gt=after).order_by("pk")[:CSV_BATCH])
+    lines = "".join(writer.writerow(_csv_row(entry)) for entry in batch)
+    return (batch[-1].pk if len(batch) == CSV_BATCH else None), lines
+
+
+def _csv_row(entry: AuditEntry) -> list[str]:
+    detail = entry.detail or {}
+    row = [
+        entry.created_at.isoformat(),
+        entry.actor,
+        entry.on_behalf_of,
+        entry.action,
+        entry.tool,
+        entry.approval_id,
+        entry.run_id,
+        entry.source,
+        entry.origin,
+        entry.outcome,
+        detail.get("note", ""),
+        text.dumps(detail.get("arguments_diff", {})),
+        text.dumps(detail),
+    ]
+    return [_spreadsheet_safe(text.repair(str(value))) for value in row]
+
+
+_FORMULA_STARTS = frozenset("=+-@")
 
 
 def _spreadsheet_safe(value: str) -> str:
-    # Notes and arguments are untrusted: a cell starting with = + - @ would run as a
-    # formula when the export is opened in a spreadsheet (CSV injection).
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+    """Defuse a cell a spreadsheet would run as a formula (CSV injection): notes and arguments are untrusted.
+
+    Spreadsheets skip leading spaces and line breaks and read fullwidth ＝＋－＠ as = + - @,
+    so the first visible character is normalized (NFKC) before it is checked.
+    """
+    if value[:1] in ("\t", "\r", "\n"):
+        return "'" + value
+    first = value.lstrip()[:1]
+    return "'" + value if first and unicodedata.normalize("NFKC", first)[:1] in _FORMULA_STARTS else value
 
 
 # -- health ------------------------------------------------------------------------------

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import getpass
-import socket
 from typing import Any
 
-from agents.cli.output import ago, command, compact, echo, indent, json_object, print_json, print_table
+from agents.cli.output import ago, attempt, command, compact, echo, indent, json_object, print_json, print_table
 
 APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired", "all")
 
@@ -88,11 +86,11 @@ def _reject(args: argparse.Namespace) -> None:
 def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
     from agents import queue, serializers, services
 
-    attempt = services.Attempt(actor=args.by, source="cli", origin=f"{getpass.getuser()}@{socket.gethostname()}")
+    who = attempt(args.by)
     result = services.approval_decide(
         approval_id=args.id,
         decision=decision,
-        attempt=attempt,
+        attempt=who,
         note=args.note,
         auto_resume=False if args.no_resume else None,
         **fields,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import getpass
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +41,13 @@ def json_object(value: str | None, flag: str) -> dict[str, Any] | None:
     if not isinstance(parsed, dict):
         raise CliError(f"{flag} must be a JSON object, like '{{\"amount_cents\": 1000}}'")
     return parsed
+
+
+def attempt(by: str) -> Any:
+    """Return a decision attempt from this command line: the named person, from user@host."""
+    from agents import services
+
+    return services.Attempt(actor=by, source="cli", origin=f"{getpass.getuser()}@{socket.gethostname()}")
 
 
 def echo(line: str = "", *, err: bool = False) -> None:

@@ -7,7 +7,7 @@ import getpass
 import time
 from typing import Any
 
-from agents.cli.output import CliError, ago, command, compact, cut, echo, print_json, print_table
+from agents.cli.output import CliError, ago, attempt, command, compact, cut, echo, print_json, print_table
 
 # The statuses of agents.models.Run, spelled here so `--help` works before Django is set up.
 RUN_STATUSES = ("queued", "running", "suspended", "completed", "failed", "cancelled")
@@ -175,7 +175,7 @@ def _resume(args: argparse.Namespace) -> None:
 def _cancel(args: argparse.Namespace) -> None:
     from agents import services
 
-    run = services.run_cancel(run_id=args.id, by=args.by)
+    run = services.run_cancel(run_id=args.id, attempt=attempt(args.by))
     if args.json:
         return print_json({"id": run.id, "status": run.status})
     echo(f"{run.id} cancelled")

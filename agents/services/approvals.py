@@ -6,15 +6,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Model
 from django.utils import timezone
 
-from agents import events, queue
+from agents import events, queue, text
 from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall
 from agents.services.errors import AlreadyDecided, InvalidInput, NotFound, WrongState
 from agents.tools import InvalidArguments, ToolError, registry
 
 DECISIONS = (Approval.Status.APPROVED, Approval.Status.REJECTED)
 MAX_TEXT_CHARS = 10_000
+APPROVAL_ID_CHARS = Approval._meta.get_field("id").max_length
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,14 @@ def approval_decide(
         "decided_by": attempt.decider,
         "decided_at": timezone.now(),
         "note": note,
-        "feedback": feedback if decision == Approval.Status.REJECTED else "",
+        "feedback": feedback if decision == Approval.Status.REJECTED else "",  # blank otherwise: refused above
         "arguments": arguments,
         "payload": payload,
     }
     with transaction.atomic():
+        # The run's row first, as run_cancel does, so a decision and a cancel never interleave:
+        # a cancel that came first has expired this approval, and the compare-and-set fails.
+        _lock_run(approval.run_id)
         won = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(**fields)
         if won:
             for name, value in fields.items():
@@ -121,17 +126,28 @@ def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
 
 
 def _get_or_audit(approval_id: str, decision: str, attempt: Attempt) -> Approval:
-    try:
-        approval = Approval.objects.select_related("tool_call", "run").get(pk=approval_id)
-    except Approval.DoesNotExist:
+    approval = _find(approval_id)
+    if approval is None:
         _audit_refusal(approval_id, attempt, decision, AuditEntry.Outcome.NOT_FOUND, {})
-        raise NotFound(f"no approval {approval_id}") from None
+        raise NotFound(f"no approval {text.repair(approval_id)[:APPROVAL_ID_CHARS]}")
+    refusal = None
     if decision not in DECISIONS:
-        _audit_refusal(approval_id, attempt, decision, AuditEntry.Outcome.INVALID_ARGUMENTS, {"error": "bad decision"})
-        raise InvalidInput(f"decision must be 'approved' or 'rejected', not {decision!r}", field="decision")
-    if not attempt.actor.strip():
-        raise InvalidInput("who decides is required", field="decided_by")
+        refusal = InvalidInput(f"decision must be 'approved' or 'rejected', not {decision!r}", field="decision")
+    elif not attempt.actor.strip():
+        refusal = InvalidInput("who decides is required", field="decided_by")
+    if refusal is not None:
+        _audit_refusal(
+            approval_id, attempt, decision, AuditEntry.Outcome.INVALID_ARGUMENTS, {"error": refusal.message}, approval
+        )
+        raise refusal
     return approval
+
+
+def _find(approval_id: str) -> Approval | None:
+    """Return the approval, or None; an id no approval can have (NUL, too long) is not even looked up."""
+    if text.problem(approval_id) is not None or len(approval_id) > APPROVAL_ID_CHARS:
+        return None
+    return Approval.objects.select_related("tool_call", "run").filter(pk=approval_id).first()
 
 
 def _validated_or_audit(
@@ -143,29 +159,16 @@ def _validated_or_audit(
     arguments: dict[str, Any] | None,
     payload: dict[str, Any] | None,
 ) -> dict[str, Any] | None:
-    """Return the edited arguments coerced to the tool's schema, or raise InvalidInput."""
+    """Return the edited arguments, strictly validated against the tool's schema, or raise InvalidInput."""
     try:
-        if len(note) > MAX_TEXT_CHARS or len(feedback) > MAX_TEXT_CHARS:
-            raise InvalidInput(f"note and feedback are limited to {MAX_TEXT_CHARS} characters", field="note")
-        if payload is not None and not isinstance(payload, dict):
-            raise InvalidInput("payload must be a JSON object", field="payload")
+        _check_texts(decision, note=note, feedback=feedback, arguments=arguments, payload=payload)
+        if decision == Approval.Status.APPROVED:
+            _check_answer(approval, payload)
         if arguments is None:
             return None
         if decision != Approval.Status.APPROVED:
             raise InvalidInput("edited arguments only go with an approval", field="arguments")
-        tool = registry.get(approval.tool)
-        if tool is None:
-            raise InvalidInput(f"tool {approval.tool!r} is no longer registered", field="arguments")
-        try:
-            validated = tool.validate(arguments)
-            tool.check_arguments(validated)
-        except InvalidArguments as exc:
-            raise InvalidInput(
-                f"arguments: {exc.message}", field=f"arguments.{exc.field}" if exc.field else "arguments"
-            ) from None
-        except ToolError as exc:
-            raise InvalidInput(f"arguments: {exc.message}", field="arguments") from None
-        return validated
+        return _validated_edit(approval.tool, arguments)
     except InvalidInput as exc:
         _audit_refusal(
             approval.pk,
@@ -176,6 +179,52 @@ def _validated_or_audit(
             approval=approval,
         )
         raise
+
+
+def _check_texts(decision: str, **values: Any) -> None:
+    """Refuse a reviewer's text that cannot be stored, and feedback that would be dropped."""
+    for field, value in values.items():
+        try:
+            text.require_clean(value, field=field)
+        except text.UnsafeText as exc:
+            raise InvalidInput(exc.message, field=field) from None
+    if len(values["note"]) > MAX_TEXT_CHARS or len(values["feedback"]) > MAX_TEXT_CHARS:
+        raise InvalidInput(f"note and feedback are limited to {MAX_TEXT_CHARS} characters", field="note")
+    if values["payload"] is not None and not isinstance(values["payload"], dict):
+        raise InvalidInput("payload must be a JSON object", field="payload")
+    if decision == Approval.Status.APPROVED and values["feedback"].strip():
+        # Feedback is a message for the model to revise with: it only exists with a rejection.
+        raise InvalidInput(
+            "feedback goes with a rejection (the model revises with it); to approve, move it to the note",
+            field="feedback",
+        )
+
+
+def _check_answer(approval: Approval, payload: dict[str, Any] | None) -> None:
+    """Refuse to approve a question a tool asked without the reviewer's answer: never invent one."""
+    if approval.request is None:
+        return
+    if not payload:
+        raise InvalidInput(f"{approval.tool} asked a question: approve it with an answer", field="payload")
+    if "answer" in approval.request and not str(payload.get("answer") or "").strip():
+        raise InvalidInput(f"{approval.tool} asked a question: the answer is empty", field="payload.answer")
+
+
+def _validated_edit(tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Validate a reviewer's edit strictly: no coercion (true is not 1, "1500" is not 1500)."""
+    tool = registry.get(tool_name)
+    if tool is None:
+        raise InvalidInput(f"tool {tool_name!r} is no longer registered", field="arguments")
+    try:
+        validated = tool.validate(arguments, strict=True)
+        tool.check_arguments(validated)
+    except InvalidArguments as exc:
+        raise InvalidInput(
+            f"arguments: {exc.message}", field=f"arguments.{exc.field}" if exc.field else "arguments"
+        ) from None
+    except ToolError as exc:
+        raise InvalidInput(f"arguments: {exc.message}", field="arguments") from None
+    return validated
 
 
 def _refuse_or_repeat(
@@ -197,13 +246,14 @@ def _refuse_or_repeat(
 
 def approval_refuse(*, approval_id: str, decision: str, attempt: Attempt, outcome: str, reason: str) -> None:
     """Audit a decision attempt that its caller refused before deciding (not permitted, unreadable)."""
-    approval = Approval.objects.filter(pk=approval_id).first()
+    approval = _find(approval_id)
     _audit_refusal(approval_id, attempt, decision, outcome, {"error": reason}, approval=approval)
 
 
 def approval_expire(*, approval: Approval, actor: str, reason: str, resume: bool = True) -> bool:
     """Expire a pending approval (timeout, cancelled run); the model reads it as a rejection."""
     with transaction.atomic():
+        _lock_run(approval.run_id)  # the order approval_decide and run_cancel take locks in: no deadlock
         won = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
             status=Approval.Status.EXPIRED, decided_by=actor, decided_at=timezone.now(), note=reason
         )
@@ -253,16 +303,45 @@ def _audit_refusal(
     detail: dict[str, Any],
     approval: Approval | None = None,
 ) -> None:
-    """Append an audit row; the approval may be unknown (a refused attempt on a bad id)."""
+    """Append an audit row; the approval may be unknown (a refused attempt on a bad id).
+
+    Whatever a refused request carried is repaired and cut to its column, so refusing it
+    can never fail: an attempt is audited however malformed it was.
+    """
     AuditEntry.objects.create(
-        approval_id=approval_id,
+        approval_id=_fit(approval_id, AuditEntry, "approval_id"),
         run_id=approval.run_id if approval else "",
         tool=approval.tool if approval else "",
-        action=str(decision)[:20],
-        actor=attempt.actor or "(anonymous)",
-        on_behalf_of=attempt.on_behalf_of,
-        source=attempt.source,
-        origin=attempt.origin,
+        action=_fit(str(decision), AuditEntry, "action"),
+        actor=_fit(attempt.actor.strip() or "(anonymous)", AuditEntry, "actor"),
+        on_behalf_of=_fit(attempt.on_behalf_of, AuditEntry, "on_behalf_of"),
+        source=_fit(attempt.source, AuditEntry, "source"),
+        origin=_fit(attempt.origin, AuditEntry, "origin"),
         outcome=outcome,
-        detail=detail,
+        detail=text.repair(detail),
     )
+
+
+def audit_run(*, run_id: str, attempt: Attempt, action: str, detail: dict[str, Any]) -> None:
+    """Audit a change of a whole run (a cancel): who, from where, what."""
+    AuditEntry.objects.create(
+        approval_id="",
+        run_id=run_id,
+        action=_fit(action, AuditEntry, "action"),
+        actor=_fit(attempt.actor.strip() or "(anonymous)", AuditEntry, "actor"),
+        on_behalf_of=_fit(attempt.on_behalf_of, AuditEntry, "on_behalf_of"),
+        source=_fit(attempt.source, AuditEntry, "source"),
+        origin=_fit(attempt.origin, AuditEntry, "origin"),
+        outcome=AuditEntry.Outcome.DECIDED,
+        detail=text.repair(detail),
+    )
+
+
+def _fit(value: str, model: type[Model], field: str) -> str:
+    """Return text repaired and cut to the column's length."""
+    return text.repair(value)[: model._meta.get_field(field).max_length]
+
+
+def _lock_run(run_id: str) -> None:
+    """Lock the run's row until the transaction ends (SQLite serializes writing transactions anyway)."""
+    list(Run.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True))

@@ -3,28 +3,22 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from agents import events, ids, queue
-from agents.models import Approval, Message, Run, RunEvent
+from agents import events, ids, queue, sql, text
+from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.policy import ConfigError, agent_for
 from agents.services.errors import InvalidInput, LeaseLost, NotFound, WrongState
 
+if TYPE_CHECKING:
+    from agents.services.approvals import Attempt
+
 MAX_INPUT_CHARS = 100_000
-
-
-_RUN = "agents_run"
-# NOT EXISTS / EXISTS body for raw statements on agents_run: a pending suspend approval.
-_PENDING_SUSPEND = (
-    "SELECT 1 FROM agents_approval WHERE agents_approval.run_id = agents_run.id"
-    " AND agents_approval.mode = %s AND agents_approval.status = %s"
-)
-_PENDING_SUSPEND_PARAMS = [Approval.Mode.SUSPEND, Approval.Status.PENDING]
 
 
 def pending_suspend_approvals() -> Exists:
@@ -32,12 +26,6 @@ def pending_suspend_approvals() -> Exists:
     return Exists(
         Approval.objects.filter(run=OuterRef("pk"), mode=Approval.Mode.SUSPEND, status=Approval.Status.PENDING)
     )
-
-
-def _db_time(value: datetime) -> object:
-    # Raw statements get datetimes in the form the ORM stores them (SQLite keeps text), so
-    # rows written both ways compare alike.
-    return connection.ops.adapt_datetimefield_value(value)
 
 
 def lease_expiry(ttl: float | None = None) -> datetime:
@@ -62,6 +50,8 @@ def run_create(
         agent_for(agent, agent_config)
     except ConfigError as exc:
         raise InvalidInput(str(exc), field="agent_config" if agent_config is not None else "agent") from None
+    _require_clean(input, field="input")
+    _require_clean(agent_config, field="agent_config")
     if not input.strip():
         raise InvalidInput("the prompt is empty", field="input")
     if len(input) > MAX_INPUT_CHARS:
@@ -88,27 +78,7 @@ def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | Non
     gets the run (invariant 5). A suspended run is only leased once no suspend approval of
     it is pending. One statement, which returns what the driver needs.
     """
-    now = _db_time(timezone.now())
-    sql = f"""
-        UPDATE {_RUN} SET status = %s, lease_owner = %s, lease_expires_at = %s, updated_at = %s
-        WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
-          AND (status IN (%s, %s) OR (status = %s AND NOT EXISTS ({_PENDING_SUSPEND})))
-        RETURNING agent, steps, input, auto_resume, agent_config IS NOT NULL"""
-    params = [
-        Run.Status.RUNNING,
-        owner,
-        _db_time(lease_expiry(ttl)),
-        now,
-        run_id,
-        now,
-        Run.Status.QUEUED,
-        Run.Status.RUNNING,
-        Run.Status.SUSPENDED,
-        *_PENDING_SUSPEND_PARAMS,
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = sql.run_lease(run_id=run_id, owner=owner, now=timezone.now(), expires_at=lease_expiry(ttl))
     if row is None:
         return None
     agent, steps, prompt, auto_resume, has_own_agent = row
@@ -142,31 +112,18 @@ def run_write(
     reserves `events` seqs for agents.events.record. With `owner=None` it applies to any
     run that has not ended (a failure recorded from outside a drive).
     """
-    sets = ["updated_at = %s", "last_event_seq = last_event_seq + %s"]
-    params: list[object] = [_db_time(timezone.now()), events]
-    if release:
-        sets += ["lease_owner = ''", "lease_expires_at = NULL"]
-    else:
-        sets.append("lease_expires_at = %s")
-        params.append(_db_time(lease_expiry()))
-    if add_steps:
-        sets.append("steps = steps + %s")
-        params.append(add_steps)
-    for column, value in fields.items():
-        sets.append(f"{connection.ops.quote_name(column)} = %s")
-        params.append(value)
-    where, where_params = (
-        ("lease_owner = %s", [owner]) if owner is not None else ("status NOT IN (%s, %s, %s)", list(Run.TERMINAL))
+    last = sql.run_write(
+        run_id=run_id,
+        owner=owner,
+        now=timezone.now(),
+        events=events,
+        lease_until=None if release else lease_expiry(),
+        add_steps=add_steps,
+        fields=fields,
     )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {_RUN} SET {', '.join(sets)} WHERE id = %s AND {where} RETURNING last_event_seq",
-            [*params, run_id, *where_params],
-        )
-        row = cursor.fetchone()
-    if row is None:
+    if last is None:
         raise LeaseLost(f"{owner or 'nobody'} cannot write {run_id}: another driver holds it or it has ended")
-    return row[0]
+    return last
 
 
 def run_renew_lease(*, run_id: str, owner: str, ttl: float | None = None) -> None:
@@ -181,19 +138,15 @@ def run_suspend(*, run_id: str, owner: str) -> bool:
     The pending approval is re-checked in the same statement: one decided since the driver
     looked must not leave a suspended run that nobody resumes.
     """
-    sql = f"""
-        UPDATE {_RUN} SET status = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s
-        WHERE id = %s AND lease_owner = %s AND EXISTS ({_PENDING_SUSPEND})"""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [Run.Status.SUSPENDED, _db_time(timezone.now()), run_id, owner, *_PENDING_SUSPEND_PARAMS])
-        if cursor.rowcount:
-            return True
+    if sql.run_suspend(run_id=run_id, owner=owner, now=timezone.now()):
+        return True
     run_renew_lease(run_id=run_id, owner=owner)  # still ours: keep driving
     return False
 
 
 def run_complete(*, run_id: str, owner: str, seq: int, content: str) -> None:
     """Record the final answer and finish the run."""
+    content = text.repair(content)
     items = [
         (RunEvent.Type.MESSAGE, {"seq": seq, "role": "assistant", "content": content}),
         (RunEvent.Type.RUN_STATUS, {"status": "completed", "output": content}),
@@ -208,29 +161,72 @@ def run_complete(*, run_id: str, owner: str, seq: int, content: str) -> None:
 
 def run_fail(*, run_id: str, owner: str | None, error: str) -> None:
     """Mark a run failed with a reason; with an owner, only if that owner still drives it."""
+    error = text.repair(error)
     items = [(RunEvent.Type.RUN_STATUS, {"status": "failed", "error": error})]
     with transaction.atomic():
         last = run_write(run_id=run_id, owner=owner, events=1, release=True, status=Run.Status.FAILED, error=error)
         events.record(run_id=run_id, last_seq=last, items=items)
 
 
-def run_cancel(*, run_id: str, by: str) -> Run:
-    """Cancel a run that has not ended; its pending approvals expire."""
-    from agents.services.approvals import approval_expire
+def run_cancel(*, run_id: str, attempt: Attempt) -> Run:
+    """Cancel a run that has not ended: its pending approvals expire and no call of it runs any more.
+
+    1. Lock the run row: a decision (approval_decide) locks it first too, so the two never
+       interleave; whichever comes second sees the other's outcome.
+    2. Refuse while a claimed call is running (its effect is under way), so no effect ever
+       lands on a cancelled run; the caller may try again once it has finished.
+    3. Cancel, expire pending approvals, and give every call that was not claimed the
+       outcome "run cancelled" (an approved call never runs after this).
+    4. Audit who cancelled and from where, and announce it, in the same transaction.
+    """
+    from agents.services.approvals import approval_expire, audit_run
 
     with transaction.atomic():
-        updated = (
-            Run.objects.filter(pk=run_id)
-            .exclude(status__in=Run.TERMINAL)
-            .update(status=Run.Status.CANCELLED, lease_owner="", lease_expires_at=None, updated_at=timezone.now())
-        )
-        run = _get(run_id)
-        if not updated:
+        run = _locked(run_id)
+        if run.is_terminal:
             raise WrongState(f"run {run_id} is {run.status}; only a run that has not ended can be cancelled")
+        running = list(
+            ToolCall.objects.filter(run_id=run_id, status=ToolCall.Status.RUNNING, result__isnull=True).values_list(
+                "name", flat=True
+            )
+        )
+        if running:
+            raise WrongState(f"run {run_id} is running {', '.join(running)} now; cancel it once that has finished")
+        Run.objects.filter(pk=run_id).update(
+            status=Run.Status.CANCELLED, lease_owner="", lease_expires_at=None, updated_at=timezone.now()
+        )
         for approval in Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING):
-            approval_expire(approval=approval, actor=by, reason="the run was cancelled", resume=False)
-        events.publish(run_id=run_id, type=RunEvent.Type.RUN_STATUS, data={"status": "cancelled", "by": by})
-    return run
+            approval_expire(approval=approval, actor=attempt.decider, reason="the run was cancelled", resume=False)
+        unclaimed = ToolCall.objects.filter(run_id=run_id, executed_at__isnull=True, result__isnull=True)
+        stopped = list(unclaimed.values_list("call_id", flat=True))
+        unclaimed.update(status=ToolCall.Status.REJECTED, result=_CANCELLED_OUTPUT)
+        audit_run(run_id=run_id, attempt=attempt, action="cancelled", detail={"calls_stopped": stopped})
+        events.publish(
+            run_id=run_id, type=RunEvent.Type.RUN_STATUS, data={"status": "cancelled", "by": attempt.decider}
+        )
+    return _get(run_id)
+
+
+_CANCELLED_OUTPUT = {
+    "ok": False,
+    "error_code": "RUN_CANCELLED",
+    "message": "The run was cancelled; the call did not run.",
+}
+
+
+def _locked(run_id: str) -> Run:
+    """Return the run with its row locked until the transaction ends (SQLite: its writes are serialized anyway)."""
+    try:
+        return Run.objects.select_for_update().get(pk=run_id)
+    except Run.DoesNotExist:
+        raise NotFound(f"no run {run_id}") from None
+
+
+def _require_clean(value: Any, *, field: str) -> None:
+    try:
+        text.require_clean(value, field=field)
+    except text.UnsafeText as exc:
+        raise InvalidInput(exc.message, field=field) from None
 
 
 def run_request_resume(*, run_id: str, enqueue: bool = True) -> Run:

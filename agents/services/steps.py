@@ -8,14 +8,14 @@ so a driver that lost its run to the sweeper cannot append after the new one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from agents import events, ids
+from agents import events, ids, sql, text
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.services.runs import run_write
 
@@ -50,8 +50,10 @@ def step_open(
     With `suspend` (nothing left to run now, a suspend approval pending) the run is
     suspended in the same transaction (invariant 4). A pause is announced by its
     approval_required events alone (no separate status event), which keeps a paused run at
-    six rows. Return the next free message seq.
+    six rows. Return the next free message seq. What the model wrote is repaired first
+    (agents.text): one bad character in its JSON must not make the run unreadable.
     """
+    content, tool_calls, calls = text.repair(content), text.repair(tool_calls), [_repaired(c) for c in calls]
     messages = [Message(run_id=run_id, seq=seq, role=Message.Role.ASSISTANT, content=content, tool_calls=tool_calls)]
     rows = [
         ToolCall(
@@ -92,6 +94,16 @@ def step_open(
         )
         events.record(run_id=run_id, last_seq=last, items=items)
     return seq + len(messages)
+
+
+def _repaired(call: PlannedCall) -> PlannedCall:
+    return replace(
+        call,
+        name=text.repair(call.name),
+        arguments=text.repair(call.arguments),
+        output=text.repair(call.output),
+        request=text.repair(call.request),
+    )
 
 
 def _approval(call: ToolCall, *, mode: str, request: dict[str, Any] | None, expires_at: datetime | None) -> Approval:
@@ -135,13 +147,11 @@ def _result_event(call: ToolCall, output: dict[str, Any], **extra: Any) -> tuple
 def toolcall_claim(*, tool_call: ToolCall) -> datetime | None:
     """Claim the execution of a call; return the claim time, or None if another caller has it.
 
-    The compare-and-set on executed_at is what makes a call run exactly once (invariant 2).
+    The compare-and-set on executed_at is what makes a call run exactly once (invariant 2);
+    a call of a cancelled run is never claimed (agents.sql.toolcall_claim).
     """
     now = timezone.now()
-    won = ToolCall.objects.filter(pk=tool_call.pk, executed_at__isnull=True, result__isnull=True).update(
-        executed_at=now, status=ToolCall.Status.RUNNING
-    )
-    return now if won else None
+    return now if sql.toolcall_claim(tool_call_pk=tool_call.pk, now=now) else None
 
 
 def toolcall_finish(
@@ -154,6 +164,7 @@ def toolcall_finish(
     executed_arguments: dict[str, Any] | None = None,
 ) -> None:
     """Memoize a call's output and tell the model, fenced by the lease."""
+    output, executed_arguments = text.repair(output), text.repair(executed_arguments)
     with transaction.atomic():
         last = run_write(run_id=tool_call.run_id, owner=owner, events=1)
         ToolCall.objects.filter(pk=tool_call.pk).update(
@@ -167,6 +178,7 @@ def toolcall_record_result(
     *, tool_call: ToolCall, status: str, output: dict[str, Any], executed_arguments: dict[str, Any] | None = None
 ) -> bool:
     """Memoize the output of a deferred call; the run's driver tells the model later."""
+    output, executed_arguments = text.repair(output), text.repair(executed_arguments)
     with transaction.atomic():
         stored = ToolCall.objects.filter(pk=tool_call.pk, result__isnull=True).update(
             status=status, result=output, executed_arguments=executed_arguments
@@ -185,6 +197,7 @@ def toolcall_ask(
     The tool asked before doing anything, so its claim is handed back: it runs once, later,
     with the reviewer's answer.
     """
+    request = text.repair(request)
     tool_call.hitl_mode = Approval.Mode.SUSPEND
     with transaction.atomic():
         last = run_write(run_id=tool_call.run_id, owner=owner, events=1)
@@ -222,6 +235,7 @@ def message_append(
     `reports` are the deferred calls whose outcome this message tells the model; they are
     marked reported in the same transaction, so the model is told once.
     """
+    content = text.repair(content)
     with transaction.atomic():
         last = run_write(run_id=run_id, owner=owner, events=1)
         Message.objects.create(run_id=run_id, seq=seq, role=role, content=content, tool_call_id=tool_call_id)

@@ -96,6 +96,9 @@ def ask_human(
     """Ask a person a question and wait for their answer."""
     if ctx.approval_id is None:
         feedback_required({"question": question, "answer": "text"})
-    payload = ctx.approval_payload or {}
-    answer = payload.get("answer") or ctx.approval_note or "yes"
-    return {"question": question, "answer": str(answer)}
+    # Only a person's own words are an answer: approving without one is refused upstream,
+    # and a decision that carries none (a deadline's) is told as such, never as "yes".
+    answer = str((ctx.approval_payload or {}).get("answer") or "").strip()
+    if not answer:
+        raise ToolError("Nobody answered the question.", code="NO_ANSWER")
+    return {"question": question, "answer": answer}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, get_type_hints
@@ -87,16 +88,30 @@ class Tool:
         """Return the OpenAI function-tool description of this tool (built once: pydantic's schema is slow)."""
         return _spec(self)
 
-    def validate(self, arguments: Any) -> dict[str, Any]:
-        """Return the arguments coerced to the schema, or raise InvalidArguments."""
+    def validate(self, arguments: Any, *, strict: bool = False) -> dict[str, Any]:
+        """Return the arguments validated against the schema, or raise InvalidArguments.
+
+        A model's proposal is coerced where harmless ("1500" → 1500), but never a boolean
+        into a number (true is not a 1-cent refund). `strict` (a reviewer's edit) coerces
+        nothing: the JSON types must be the schema's own.
+        """
         if not isinstance(arguments, dict):
             raise InvalidArguments(f"arguments of {self.name} must be a JSON object, not {type(arguments).__name__}")
         try:
-            return self.args_model.model_validate(arguments).model_dump(mode="json")
+            if strict:
+                # JSON mode, as the arguments came from JSON: strings still fill dates and enums.
+                model = self.args_model.model_validate_json(json.dumps(arguments), strict=True)
+            else:
+                model = self.args_model.model_validate(arguments)
         except ValidationError as exc:
             first = exc.errors()[0]
             field_name = ".".join(str(part) for part in first["loc"])
             raise InvalidArguments(f"{field_name}: {first['msg']}", field=field_name) from None
+        validated = model.model_dump(mode="json")
+        where = _bool_coerced(arguments, validated)
+        if where is not None:
+            raise InvalidArguments(f"{where}: a boolean is not a number", field=where)
+        return validated
 
     def check_arguments(self, arguments: dict[str, Any]) -> None:
         """Run the tool's own check before anyone is asked; raises ToolError."""
@@ -105,6 +120,23 @@ class Tool:
 
     def __call__(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
         return self.func(ctx, **arguments)
+
+
+def _bool_coerced(given: Any, validated: Any, where: str = "") -> str | None:
+    """Return where a boolean was turned into something else, or None."""
+    if isinstance(given, bool):
+        return None if isinstance(validated, bool) else where or "arguments"
+    if isinstance(given, dict) and isinstance(validated, dict):
+        for key, value in given.items():
+            found = _bool_coerced(value, validated.get(key), f"{where}.{key}" if where else str(key))
+            if found:
+                return found
+    if isinstance(given, list) and isinstance(validated, list):
+        for index, (value, out) in enumerate(zip(given, validated, strict=False)):
+            found = _bool_coerced(value, out, f"{where}[{index}]")
+            if found:
+                return found
+    return None
 
 
 @functools.cache

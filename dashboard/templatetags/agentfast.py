@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 from django import template
 from django.utils import timezone
+
+from agents import text
 
 register = template.Library()
 
@@ -28,14 +29,18 @@ def elapsed(value: datetime | None) -> str:
 
 @register.filter
 def pretty_json(value: Any) -> str:
-    """Return indented JSON as plain text; autoescape makes any markup in it harmless."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+    """Return indented JSON as plain text; autoescape makes any markup in it harmless.
+
+    Repaired first (agents.text): rows written by older versions may hold lone surrogates,
+    and a page must render whatever is stored.
+    """
+    return text.dumps(value, indent=2)
 
 
 @register.filter
 def compact_json(value: Any) -> str:
     """Return one-line JSON as plain text, for tables."""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return text.dumps(value)
 
 
 @register.filter
@@ -47,6 +52,6 @@ def startswith(value: str, prefix: str) -> bool:
 def json_text(value: str) -> str:
     """Pretty-print a JSON string (a tool output, wire-format arguments); other text as is."""
     try:
-        return pretty_json(json.loads(value))
+        return pretty_json(text.loads_lenient(value))
     except (TypeError, ValueError):
-        return value
+        return text.repair(value)

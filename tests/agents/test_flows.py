@@ -386,7 +386,7 @@ def test_it_cancels_a_run_and_expires_its_approvals(db):
     run = start(REFUND)
     [approval] = pending(run)
 
-    services.run_cancel(run_id=run.id, by="carol")
+    services.run_cancel(run_id=run.id, attempt=services.Attempt(actor="carol", source="cli"))
 
     approval.refresh_from_db()
     assert approval.status == "expired"

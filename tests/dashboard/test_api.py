@@ -239,7 +239,7 @@ def test_it_answers_409_with_the_decision_that_stands(api: Api, client: Client, 
 
 
 def test_it_refuses_a_decision_on_an_expired_approval(api: Api, paused: Run) -> None:
-    services.run_cancel(run_id=paused.id, by="carol")
+    services.run_cancel(run_id=paused.id, attempt=services.Attempt(actor="carol", source="cli"))
     approval = approval_of(paused)
     response = api.post(f"/api/approvals/{approval.id}/decide", {"decision": "approved"})
     assert response.status_code == 422

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
-from agents.models import Approval, AuditEntry, Message
+import pytest
+
+from agents import services
+from agents.models import Approval, AuditEntry, Message, SideEffect
 from tests.support.flows import decide, pending, resume, start
 
 
@@ -83,13 +86,16 @@ def test_it_refuses_arguments_that_the_tools_own_check_refuses(client_for, alice
 
 
 def test_it_refuses_and_audits_arguments_that_are_not_json(client_for, alice, approval):
-    for text, message in (("{not json", "This is not valid JSON"), ("[1, 2]", "must be a JSON object")):
+    for text, message in (("{not json", "not valid JSON"), ("[1, 2]", "must be a JSON object")):
         response = client_for(alice).post(decide_url(approval), {"decision": "approved", "arguments": text})
         assert response.status_code == 422
         assert message in response.content.decode()
     assert Approval.objects.get(pk=approval.id).status == "pending"
     refusals = AuditEntry.objects.filter(approval_id=approval.id, outcome="invalid_arguments", source="web")
-    assert refusals.count() == 2 and "arguments: This is not valid JSON" in refusals.last().detail["error"]
+    assert (
+        refusals.count() == 2
+        and "arguments: These arguments cannot be used: not valid JSON" in refusals.last().detail["error"]
+    )
 
 
 def test_it_rejects_with_a_note_and_ignores_the_editor(client_for, alice, approval):
@@ -182,3 +188,104 @@ def test_it_takes_an_answer_for_a_tool_that_asks_a_question(client_for, alice):
 
     question.refresh_from_db()
     assert question.payload == {"answer": "yes, ship it"}
+
+
+# -- untrusted input (issue 7, items 2, 3, 15, 17) ------------------------------------------------
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"arguments": '{"order_id": "A1001", "amount_cents": NaN}'}, "NaN is not a JSON number"),
+        ({"arguments": '{"order_id": "A1001", "amount_cents": Infinity}'}, "Infinity is not a JSON number"),
+        ({"arguments": '{"order_id": "A1001", "x": ' + DEEP + "}"}, "nested deeper than"),
+        ({"arguments": '{"order_id": "A1\\u0000001", "amount_cents": 1}'}, "NUL"),
+        ({"arguments": '{"order_id": "\\ud800", "amount_cents": 1}'}, "lone surrogate"),
+        ({"arguments": '{"order_id": "A1001", "amount_cents": true}'}, "amount_cents"),
+        ({"arguments": '{"order_id": "A1001", "amount_cents": "1500"}'}, "amount_cents"),
+        ({"arguments": '{"order_id": "A1001", "amount_cents": 1000.0}'}, "amount_cents"),
+        ({"note": "fine\x00print"}, "Null characters are not allowed"),
+        ({"feedback": "ask for the order total first"}, "feedback goes with a rejection"),
+    ],
+    ids=["nan", "infinity", "deep", "nul", "surrogate", "bool", "string-number", "float", "nul-note", "feedback"],
+)
+def test_it_refuses_bad_input_on_the_form_with_4xx_and_audits_it(client_for, alice, approval, fields, message):
+    response = client_for(alice).post(decide_url(approval), {"decision": "approved", **fields})
+
+    assert response.status_code == 422
+    assert message in response.content.decode()
+    approval.refresh_from_db()
+    assert approval.status == "pending" and approval.arguments is None
+    [refusal] = AuditEntry.objects.filter(approval_id=approval.id, source="web")
+    assert refusal.outcome == "invalid_arguments" and refusal.actor == "alice"
+    assert SideEffect.objects.count() == 0
+
+
+def test_it_keeps_the_typed_feedback_when_approving_with_it_is_refused(client_for, alice, approval):
+    response = client_for(alice).post(
+        decide_url(approval), {"decision": "approved", "feedback": "Offer 10.00 instead", "note": "hm"}
+    )
+
+    assert response.status_code == 422
+    assert "Offer 10.00 instead" in response.content.decode()  # the form keeps what was typed
+
+
+def test_it_audits_an_unknown_or_oversized_approval_id_with_fields_that_fit(client_for, alice, approval):
+    long_id = "appr_" + "x" * 300
+    client = client_for(alice)
+
+    response = client.post(
+        f"/approvals/{long_id}/decide", {"decision": "approved"}, HTTP_X_FORWARDED_FOR="10.0.0.1" + "9" * 300
+    )
+
+    assert response.status_code == 404
+    [refusal] = AuditEntry.objects.filter(outcome="not_found")
+    assert refusal.approval_id == long_id[:200] and len(refusal.origin) <= 200 and refusal.actor == "alice"
+
+
+def test_it_refuses_to_approve_a_question_without_an_answer(client_for, alice):
+    [question] = pending(start("Ask a human whether to expedite order A1003"))
+
+    response = client_for(alice).post(decide_url(question), {"decision": "approved", "answer": " "})
+
+    assert response.status_code == 422
+    assert "asked a question" in response.content.decode()
+    question.refresh_from_db()
+    assert question.status == "pending" and question.payload is None
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"arguments": {"order_id": "A1001", "amount_cents": True}}, "amount_cents"),
+        ({"arguments": {"order_id": "A1001", "amount_cents": "1500"}}, "amount_cents"),
+        ({"arguments": {"order_id": "A1001", "amount_cents": 1000.0}}, "amount_cents"),
+        ({"feedback": "offer 10.00"}, "feedback"),
+        ({"note": "ok\u0000"}, "note"),
+    ],
+    ids=["bool", "string", "float", "feedback", "nul-note"],
+)
+def test_it_refuses_the_same_input_through_the_api(client, alice, approval, body, field):
+    token = services.token_create(username="alice")[1]
+
+    response = client.post(
+        f"/api/approvals/{approval.id}/decide",
+        data=json.dumps({"decision": "approved", **body}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+    assert response.status_code == 400, response.content  # the API's status for invalid input
+    assert response.json()["error_code"] == "invalid" and field in response.json()["field"]
+    approval.refresh_from_db()
+    assert approval.status == "pending" and SideEffect.objects.count() == 0
+
+
+def test_it_audits_an_approval_id_with_a_nul_as_not_found(client_for, alice, approval):
+    response = client_for(alice).post(f"/approvals/{approval.id}%00/decide", {"decision": "approved"})
+
+    assert response.status_code == 404
+    [refusal] = AuditEntry.objects.filter(outcome="not_found")
+    assert refusal.approval_id == approval.id + "\ufffd"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.http.response import HttpResponseBase
 from django.utils import timezone
 
 from agents import services
@@ -36,6 +39,16 @@ def history(db: None) -> Approval:
     with pytest.raises(services.NotFound):
         decide("appr_missing", "approved", by="dave")
     return approval
+
+
+def csv_body(response: HttpResponseBase) -> str:
+    """Return the whole CSV export, read from its async iterator as an ASGI server would."""
+    assert response.streaming and response.is_async
+
+    async def read() -> bytes:
+        return b"".join([part async for part in response.streaming_content])
+
+    return async_to_sync(read)().decode()
 
 
 def rows(html: str) -> int:
@@ -78,16 +91,17 @@ def test_it_exports_the_filtered_history_as_csv(client_for, carol, history):
 
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     assert response["Content-Disposition"].startswith('attachment; filename="agentfast-audit-')
-    table = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
-    assert [(r["actor"], r["outcome"]) for r in table] == [("alice", "already_decided"), ("bob", "decided")]
-    assert table[1]["arguments_diff"] == '{"amount_cents": [2500, 1500]}'
-    assert table[1]["note"] == "half now" and table[0]["origin"] == "10.0.0.7"
+    table = list(csv.DictReader(io.StringIO(csv_body(response))))
+    # Oldest first, like a log.
+    assert [(r["actor"], r["outcome"]) for r in table] == [("bob", "decided"), ("alice", "already_decided")]
+    assert table[0]["arguments_diff"] == '{"amount_cents": [2500, 1500]}'
+    assert table[0]["note"] == "half now" and table[1]["origin"] == "10.0.0.7"
 
 
 def test_it_defuses_spreadsheet_formulas_in_the_csv(client_for, carol, approval):
     decide(approval, "rejected", by="bob", note='=HYPERLINK("http://evil")')
 
-    body = b"".join(client_for(carol).get("/audit.csv").streaming_content).decode()
+    body = csv_body(client_for(carol).get("/audit.csv"))
 
     [row] = list(csv.DictReader(io.StringIO(body)))
     assert row["note"] == '\'=HYPERLINK("http://evil")'
@@ -117,3 +131,114 @@ def test_it_keeps_the_django_admin_for_admins(client_for, alice, carol):
     assert client_for(alice).get("/admin/").status_code == 302  # not staff: the admin's own login
     assert client_for(carol).get("/admin/").status_code == 200
     assert client_for(carol).get("/admin/agents/approval/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "note",
+    [" =1+1", "\n=1+1", "\r\n@SUM(A1)", "＝1+1", "＋1", "－1", "＠SUM(A1)", "\t=1", "  -2+3"],
+    ids=[
+        "space",
+        "newline",
+        "crlf",
+        "fullwidth-equals",
+        "fullwidth-plus",
+        "fullwidth-minus",
+        "fullwidth-at",
+        "tab",
+        "spaces",
+    ],
+)
+def test_it_defuses_formulas_behind_spaces_newlines_and_fullwidth_signs(client_for, carol, approval, note):
+    decide(approval, "rejected", by="bob", note=note)
+
+    [row] = list(csv.DictReader(io.StringIO(csv_body(client_for(carol).get("/audit.csv")))))
+
+    assert row["note"].startswith("'") and row["note"][1:].strip() == note.strip()
+
+
+def test_it_accepts_the_last_day_there_is_as_a_filter(client_for, carol, history):
+    client = client_for(carol)
+
+    page = client.get("/audit?until=9999-12-31")
+    export = client.get("/audit.csv?until=9999-12-31&since=9999-12-31")
+
+    assert page.status_code == 200 and rows(page.content.decode()) == 3
+    assert export.status_code == 200 and len(csv_body(export).splitlines()) == 1  # the header alone
+
+
+def test_it_streams_the_csv_under_asgi_while_reading_it(client_for, carol, history):
+    """Django's ASGI handler sends each part as the async iterator yields it, never the whole export first.
+
+    The test's `send` adds an audit entry when the first part (the header) arrives: a
+    buffered export was read whole before that and cannot contain it; a streamed one can.
+    """
+    from django.core import signals
+    from django.core.handlers.asgi import ASGIHandler
+    from django.db import close_old_connections
+
+    cookie = client_for(carol).cookies["sessionid"].value
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/audit.csv",
+        "raw_path": b"/audit.csv",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), (b"cookie", f"sessionid={cookie}".encode())],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    parts: list[bytes] = []
+    requests = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive() -> dict[str, object]:
+        if requests:
+            return requests.pop()
+        await asyncio.Event().wait()  # the client stays connected
+        raise AssertionError("unreachable")
+
+    def late_attempt() -> None:
+        with pytest.raises(services.NotFound):
+            decide("appr_late", "approved", by="dave")  # audited as not found
+
+    async def send(message: dict[str, object]) -> None:
+        if message["type"] == "http.response.start":
+            assert message["status"] == 200
+        elif message["type"] == "http.response.body" and message.get("body"):
+            if not parts:
+                await sync_to_async(late_attempt)()
+            parts.append(message["body"])  # type: ignore[arg-type]
+
+    # As Django's test client does: the test's transaction must outlive the request.
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    try:
+        async_to_sync(ASGIHandler())(scope, receive, send)
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
+
+    table = list(csv.DictReader(io.StringIO(b"".join(parts).decode())))
+    assert len(parts) >= 2  # the header went out before any row was read
+    assert [r["approval_id"] for r in table][-1] == "appr_late"
+    assert len(table) == 4
+
+
+def test_it_lists_who_cancelled_a_run_and_from_where(client_for, carol, paused):
+    attempt = services.Attempt(actor="carol", source="api", origin="10.0.0.9")
+    services.run_cancel(run_id=paused.id, attempt=attempt)
+
+    response = client_for(carol).get("/audit?person=carol")
+
+    html = response.content.decode()
+    assert response.status_code == 200 and rows(html) == 2  # the cancel, and the approval it expired
+    assert f'href="/runs/{paused.id}"' in html and "10.0.0.9" in html and "cancelled" in html
+    [row] = [
+        r
+        for r in csv.DictReader(io.StringIO(csv_body(client_for(carol).get("/audit.csv"))))
+        if r["action"] == "cancelled"
+    ]
+    assert (row["actor"], row["source"], row["origin"], row["run_id"]) == ("carol", "api", "10.0.0.9", paused.id)

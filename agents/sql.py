@@ -1,0 +1,126 @@
+"""The services' raw SQL: statements that return what they changed in one round trip.
+
+Raw SQL lives here alone, and only where the ORM cannot say it in one statement: the
+driver's hot path (lease, write, suspend) is one `UPDATE … RETURNING` each instead of an
+update and a read, and the execution claim is fenced by the run's state in the same statement. Every statement runs
+on SQLite (3.35+, RETURNING) and PostgreSQL; tests/agents/test_sql.py runs them on both.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from agents.models import Approval, Run, ToolCall
+
+_RUN = "agents_run"
+_TOOLCALL = "agents_toolcall"
+# EXISTS body for statements on agents_run: a pending suspend approval of that run.
+_PENDING_SUSPEND = (
+    "SELECT 1 FROM agents_approval WHERE agents_approval.run_id = agents_run.id"
+    " AND agents_approval.mode = %s AND agents_approval.status = %s"
+)
+_PENDING_SUSPEND_PARAMS = [Approval.Mode.SUSPEND, Approval.Status.PENDING]
+
+
+def db_time(value: datetime | None) -> object:
+    """Return a datetime in the form the ORM stores it (SQLite keeps text), so raw and ORM rows compare alike."""
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def _one(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def run_lease(*, run_id: str, owner: str, now: datetime, expires_at: datetime) -> tuple[Any, ...] | None:
+    """Take a free lease of a run with work to do; return (agent, steps, input, auto_resume, has_own_agent)."""
+    sql = f"""
+        UPDATE {_RUN} SET status = %s, lease_owner = %s, lease_expires_at = %s, updated_at = %s
+        WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
+          AND (status IN (%s, %s) OR (status = %s AND NOT EXISTS ({_PENDING_SUSPEND})))
+        RETURNING agent, steps, input, auto_resume, agent_config IS NOT NULL"""
+    params = [
+        Run.Status.RUNNING,
+        owner,
+        db_time(expires_at),
+        db_time(now),
+        run_id,
+        db_time(now),
+        Run.Status.QUEUED,
+        Run.Status.RUNNING,
+        Run.Status.SUSPENDED,
+        *_PENDING_SUSPEND_PARAMS,
+    ]
+    row = _one(sql, params)
+    if row is None:
+        return None
+    agent, steps, prompt, auto_resume, has_own_agent = row
+    # SQLite answers 0 and 1; and in RETURNING (3.40) may say a NULL JSON column IS NOT NULL,
+    # which only costs the caller a read that finds no agent definition.
+    return agent, steps, prompt, bool(auto_resume), bool(has_own_agent)
+
+
+def run_write(
+    *,
+    run_id: str,
+    owner: str | None,
+    now: datetime,
+    events: int,
+    lease_until: datetime | None,
+    add_steps: int,
+    fields: dict[str, str],
+) -> int | None:
+    """Update a run as its driver (fenced by the lease, or by not having ended); return the last event seq.
+
+    `lease_until=None` releases the lease. None is returned when the fence refused.
+    """
+    sets = ["updated_at = %s", "last_event_seq = last_event_seq + %s"]
+    params: list[object] = [db_time(now), events]
+    if lease_until is None:
+        sets += ["lease_owner = ''", "lease_expires_at = NULL"]
+    else:
+        sets.append("lease_expires_at = %s")
+        params.append(db_time(lease_until))
+    if add_steps:
+        sets.append("steps = steps + %s")
+        params.append(add_steps)
+    for column, value in fields.items():
+        sets.append(f"{connection.ops.quote_name(column)} = %s")
+        params.append(value)
+    where, where_params = (
+        ("lease_owner = %s", [owner]) if owner is not None else ("status NOT IN (%s, %s, %s)", list(Run.TERMINAL))
+    )
+    row = _one(
+        f"UPDATE {_RUN} SET {', '.join(sets)} WHERE id = %s AND {where} RETURNING last_event_seq",
+        [*params, run_id, *where_params],
+    )
+    return None if row is None else row[0]
+
+
+def run_suspend(*, run_id: str, owner: str, now: datetime) -> bool:
+    """Suspend and release a run this owner drives, if a suspend approval of it is still pending."""
+    sql = f"""
+        UPDATE {_RUN} SET status = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s
+        WHERE id = %s AND lease_owner = %s AND EXISTS ({_PENDING_SUSPEND})"""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Run.Status.SUSPENDED, db_time(now), run_id, owner, *_PENDING_SUSPEND_PARAMS])
+        return bool(cursor.rowcount)
+
+
+def toolcall_claim(*, tool_call_pk: int, now: datetime) -> bool:
+    """Claim a call's execution unless it was claimed, has a result, or its run was cancelled.
+
+    The run's state is read in the claim's own statement: a cancel that committed first
+    always stops the claim (run_cancel also gives unclaimed calls their outcome).
+    """
+    sql = f"""
+        UPDATE {_TOOLCALL} SET executed_at = %s, status = %s
+        WHERE id = %s AND executed_at IS NULL AND result IS NULL
+          AND NOT EXISTS (SELECT 1 FROM {_RUN} WHERE {_RUN}.id = {_TOOLCALL}.run_id AND {_RUN}.status = %s)"""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [db_time(now), ToolCall.Status.RUNNING, tool_call_pk, Run.Status.CANCELLED])
+        return bool(cursor.rowcount)
