@@ -202,7 +202,7 @@ def test_it_repairs_rows_older_versions_stored(db, carol):
         assert client.get(page).status_code == 200, page  # shown repaired, before the migration too
     shape = serializers.approval_detail(Approval.objects.select_related("tool_call").get(pk=approval.pk))
     assert text.problem(shape) is None  # the API's and the CLI's JSON too
-    migration: Any = importlib.import_module("agents.migrations.0002_repair_stored_text")
+    migration: Any = importlib.import_module("agents.migrations.0003_repair_stored_text")
 
     migration.repair_stored_text(django_apps, None)
 
