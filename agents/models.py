@@ -140,6 +140,15 @@ class Approval(models.Model):
     arguments = models.JSONField(null=True, blank=True)  # edited arguments, if any
     payload = models.JSONField(null=True, blank=True)  # the reviewer's answer to a custom tool
     expires_at = models.DateTimeField(null=True, blank=True)
+    # What the policy (agentfast.yaml) asked for when the call paused: the rule that decided
+    # (empty: the tool's own settings), who may decide (group names or "user:NAME"; empty:
+    # any reviewer), how many distinct approvers, whether the run's creator is excluded,
+    # and the version of the file that asked.
+    rule = models.CharField(max_length=100, blank=True)
+    approvers = models.JSONField(default=list, blank=True)
+    quorum = models.PositiveSmallIntegerField(default=1)
+    four_eyes = models.BooleanField(default=False)
+    policy_version = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
