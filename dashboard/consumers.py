@@ -53,6 +53,13 @@ class _GroupConsumer(WebsocketConsumer):
         raise NotImplementedError
 
 
+class UnknownPathConsumer(WebsocketConsumer):
+    """Refuse a websocket to a path no route serves (4404), as a page would answer 404."""
+
+    def connect(self) -> None:
+        self.close(code=NOT_FOUND)
+
+
 class InboxConsumer(_GroupConsumer):
     """Push new approvals as cards and remove decided ones, in every open inbox."""
 

@@ -64,7 +64,8 @@ def resume_point(request: HttpRequest, after: int | None, *, default: int) -> in
     header = request.headers.get("Last-Event-ID", "").strip()
     if not header:
         return default if after is None else after
-    if not header.isdigit() or len(header) > 18:
+    # isdigit() alone admits "٣" and "²", which int() reads or refuses: ASCII digits only.
+    if not (header.isascii() and header.isdigit()) or len(header) > 18:
         raise ApiError("Last-Event-ID must be a non-negative integer", field="Last-Event-ID")
     return int(header)
 

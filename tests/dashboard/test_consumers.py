@@ -31,9 +31,9 @@ def _session_cookie(user: User) -> bytes:
 
 
 async def connect(
-    path: str, user: User | None = None, *, origin: bytes = b"http://localhost"
+    path: str, user: User | None = None, *, origin: bytes | None = b"http://localhost", host: bytes = b"localhost"
 ) -> tuple[WebsocketCommunicator, bool, int | None]:
-    headers = [(b"origin", origin), (b"host", b"localhost")]
+    headers = [(b"host", host)] + ([(b"origin", origin)] if origin is not None else [])
     if user is not None:
         headers.append((b"cookie", await database_sync_to_async(_session_cookie)(user)))
     communicator = WebsocketCommunicator(application, path, headers=headers)
@@ -62,6 +62,48 @@ async def test_it_refuses_a_foreign_origin(alice):
     _, connected, _ = await connect("/ws/inbox/", alice, origin=b"http://evil.example")
 
     assert connected is False
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        (b"http://localhost:9999", b"localhost"),  # another local port
+        (b"http://localhost", b"localhost:8321"),  # the site is on a port, the page on none
+        (b"https://localhost", b"localhost"),  # another scheme
+        (b"http://localhost.evil.example", b"localhost"),
+        (b"null", b"localhost"),
+        (None, b"localhost"),  # no Origin at all
+    ],
+)
+async def test_it_refuses_an_origin_other_than_the_sites_own(alice, origin, host):
+    _, connected, _ = await connect("/ws/inbox/", alice, origin=origin, host=host)
+
+    assert connected is False
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [(b"http://localhost", b"localhost"), (b"http://localhost:8321", b"localhost:8321"), (b"http://LOCALHOST:80", b"localhost")],
+)
+async def test_it_accepts_exactly_the_sites_own_origin(alice, origin, host):
+    communicator, connected, _ = await connect("/ws/inbox/", alice, origin=origin, host=host)
+
+    assert connected is True
+    await communicator.disconnect()
+
+
+async def test_it_accepts_a_trusted_origin(alice, settings):
+    settings.CSRF_TRUSTED_ORIGINS = ["https://review.example.com"]
+    communicator, connected, _ = await connect("/ws/inbox/", alice, origin=b"https://review.example.com")
+
+    assert connected is True
+    await communicator.disconnect()
+
+
+async def test_it_closes_a_socket_to_an_unknown_path_with_4404(alice):
+    for path in ("/ws/nowhere/", "/", "/ws/runs/"):
+        _, connected, code = await connect(path, alice)
+        assert (connected, code) == (False, 4404)
 
 
 async def test_it_pushes_a_card_when_an_agent_pauses_and_removes_it_when_decided(alice):

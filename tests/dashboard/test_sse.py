@@ -84,7 +84,7 @@ async def test_it_streams_from_the_table_when_the_channel_layer_is_down(monkeypa
     assert [e["event"] for e in events] == ["message", "tool_call", "tool_result", "approval_required"]
 
 
-@pytest.mark.parametrize("header", ["abc", "-1", "1.5", "9" * 30])
+@pytest.mark.parametrize("header", ["abc", "-1", "1.5", "9" * 30, "٣", "²", "１"])
 def test_it_refuses_a_malformed_last_event_id(client: Client, alice: User, header: str) -> None:
     run = services.run_create(agent="support", input=REFUND, enqueue=False)
     client.force_login(alice)
