@@ -14,7 +14,7 @@ from channels.generic.websocket import WebsocketConsumer
 from django.http import QueryDict
 from django.template.loader import render_to_string
 
-from agents import events, selectors, services
+from agents import events, selectors, services, text
 from agents.models import Approval, RunEvent
 from dashboard.auth import is_reviewer
 from dashboard.forms import InboxFilter
@@ -52,6 +52,10 @@ class _GroupConsumer(WebsocketConsumer):
         """Read the connection's parameters; return the group to join, or None (4404)."""
         raise NotImplementedError
 
+    def push(self, html: str) -> None:
+        """Send a partial; text that cannot be UTF-8 (a lone surrogate) is repaired, never fatal."""
+        self.send(text_data=text.repair(html))
+
 
 class UnknownPathConsumer(WebsocketConsumer):
     """Refuse a websocket to a path no route serves (4404), as a page would answer 404."""
@@ -79,7 +83,7 @@ class InboxConsumer(_GroupConsumer):
             return
         if html is not None:
             count = self.filters.pending_approvals().count()
-            self.send(text_data=html + render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True}))
+            self.push(html + render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True}))
 
     def _card(self, approval_id: str) -> str | None:
         try:
@@ -110,4 +114,4 @@ class RunConsumer(_GroupConsumer):
         if event is None:
             return
         run = selectors.run_get(self.run_id)
-        self.send(text_data=render_to_string("dashboard/_event_push.html", {"event": event, "run": run}))
+        self.push(render_to_string("dashboard/_event_push.html", {"event": event, "run": run}))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -28,7 +27,7 @@ from channels.layers import get_channel_layer
 from django.db import close_old_connections
 from django.http import HttpRequest, StreamingHttpResponse
 
-from agents import events, runtime
+from agents import events, runtime, text
 from agents.models import Run, RunEvent
 from agents.runtime.driver import DriveResult
 from dashboard.api_auth import ApiError
@@ -48,7 +47,8 @@ logger = logging.getLogger(__name__)
 def frame(event: str, payload: dict[str, Any], event_id: int | None = None) -> str:
     """Return one SSE frame; JSON never contains a raw newline, so `data` is one line."""
     head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    # text.dumps repairs what cannot be sent as UTF-8 (a lone surrogate stored before checks).
+    return f"{head}event: {event}\ndata: {text.dumps(payload, separators=(',', ':'))}\n\n"
 
 
 def response(stream: AsyncIterator[str]) -> StreamingHttpResponse:

@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agents import services
+from agents import events, services
 from dashboard.asgi import application
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, resume, start
@@ -193,4 +193,17 @@ async def test_it_removes_the_card_of_an_expired_approval(alice, paused):
     )
 
     assert f'<div id="card-{approval.id}" hx-swap-oob="delete"></div>' in await communicator.receive_from(timeout=5)
+    await communicator.disconnect()
+
+
+async def test_it_pushes_a_timeline_event_whose_stored_text_has_a_lone_surrogate(alice):
+    run = await in_thread(services.run_create, agent="support", input="hi", enqueue=False)
+    communicator, connected, _ = await connect(f"/ws/runs/{run.id}/", alice)
+    assert connected
+
+    await in_thread(events.publish, run_id=run.id, type="message", data={"role": "assistant", "content": "a\ud800b"})
+    pushed = await communicator.receive_from(timeout=5)
+
+    assert "a\ufffdb" in pushed
+    pushed.encode()  # what daphne does with it
     await communicator.disconnect()

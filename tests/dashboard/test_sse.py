@@ -39,6 +39,12 @@ def test_it_writes_one_data_line_per_frame() -> None:
     assert sse.frame("delta", {"text": "hi"}).startswith("event: delta\n")
 
 
+def test_it_repairs_a_lone_surrogate_in_a_frame_instead_of_failing() -> None:
+    text = sse.frame("message", {"content": "bad \ud800 text"}, 3)
+
+    assert text.encode() == 'id: 3\nevent: message\ndata: {"content":"bad \ufffd text"}\n\n'.encode()
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_it_sends_heartbeats_while_a_run_is_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sse, "HEARTBEAT_SECONDS", 0.2)
