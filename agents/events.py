@@ -3,6 +3,10 @@
 A stored event is appended to RunEvent inside the caller's transaction and sent to the
 Channels layer only once that transaction commits (invariant 7), so a viewer never sees
 an event that was rolled back, and SSE can replay anything it missed from the table.
+
+Ending access (logout, a revoked token, deactivation, a role removed) is announced the
+same way, to the user's (or token's) access group: open websockets and streams re-check
+and close.
 """
 
 from __future__ import annotations
@@ -10,13 +14,18 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import hashlib
 import logging
 import os
 import threading
 import time
 from typing import Any
 
+from django.contrib.auth.models import User
+from django.contrib.auth.signals import user_logged_out
 from django.db import connection, transaction
+from django.db.models.signals import m2m_changed, post_save
+from django.dispatch import receiver
 
 from agents import text
 from agents.models import RunEvent
@@ -31,6 +40,55 @@ _APPROVAL_EVENTS = {RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_DECI
 def run_group(run_id: str) -> str:
     """Return the Channels group of one run's viewers."""
     return f"run.{run_id}"
+
+
+def user_group(user_id: int) -> str:
+    """Return the group of a user's open websockets and streams (told when their access may have ended)."""
+    return f"access.user.{user_id}"
+
+
+def token_group(token_id: int) -> str:
+    """Return the group of the streams a bearer token opened."""
+    return f"access.token.{token_id}"
+
+
+def session_digest(session_key: str | None) -> str:
+    """Return how a session is named on the channel layer (never the key itself)."""
+    return hashlib.sha256((session_key or "").encode()).hexdigest()[:24] if session_key else ""
+
+
+def access_changed(*, group: str, session_key: str | None = None) -> None:
+    """Tell a user's (or token's) live connections to re-check their access after commit.
+
+    With `session_key` (a logout) the connections of that session close outright: the
+    session still exists until logout flushes it, so a re-check would find it valid.
+    """
+    message = {"type": "access.check", "session": session_digest(session_key)}
+    transaction.on_commit(lambda: _send([group], message))
+
+
+@receiver(user_logged_out)
+def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    if user is not None and request is not None:
+        access_changed(group=user_group(user.pk), session_key=request.session.session_key)
+
+
+@receiver(post_save, sender=User)
+def _on_user_saved(sender: Any, instance: User, **kwargs: Any) -> None:
+    if not instance.is_active:
+        access_changed(group=user_group(instance.pk))
+
+
+@receiver(m2m_changed, sender=User.groups.through)
+def _on_groups_changed(
+    sender: Any, instance: Any, action: str, reverse: bool, pk_set: set[int] | None, **kwargs: Any
+) -> None:
+    if action not in ("post_remove", "post_clear"):
+        return
+    # reverse: a group lost users (pk_set, or all of them on clear, already gone: re-check anyway).
+    user_ids = (pk_set or set()) if reverse else {instance.pk}
+    for user_id in user_ids:
+        access_changed(group=user_group(user_id))
 
 
 def publish(*, run_id: str, type: str, data: dict[str, Any], persist: bool = True) -> int | None:

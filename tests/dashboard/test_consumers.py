@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from agents import events, services
@@ -83,7 +83,11 @@ async def test_it_refuses_an_origin_other_than_the_sites_own(alice, origin, host
 
 @pytest.mark.parametrize(
     ("origin", "host"),
-    [(b"http://localhost", b"localhost"), (b"http://localhost:8321", b"localhost:8321"), (b"http://LOCALHOST:80", b"localhost")],
+    [
+        (b"http://localhost", b"localhost"),
+        (b"http://localhost:8321", b"localhost:8321"),
+        (b"http://LOCALHOST:80", b"localhost"),
+    ],
 )
 async def test_it_accepts_exactly_the_sites_own_origin(alice, origin, host):
     communicator, connected, _ = await connect("/ws/inbox/", alice, origin=origin, host=host)
@@ -206,4 +210,67 @@ async def test_it_pushes_a_timeline_event_whose_stored_text_has_a_lone_surrogate
 
     assert "a\ufffdb" in pushed
     pushed.encode()  # what daphne does with it
+    await communicator.disconnect()
+
+
+# -- access that ends, ends live ----------------------------------------------------------
+
+
+async def _open_inbox(user: User) -> tuple[WebsocketCommunicator, Client]:
+    """Open an inbox socket with a fresh session of the user; return it and that session's client."""
+
+    def sign_in() -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+
+    client = await database_sync_to_async(sign_in)()
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    headers = [(b"host", b"localhost"), (b"origin", b"http://localhost"), (b"cookie", cookie)]
+    communicator = WebsocketCommunicator(application, "/ws/inbox/", headers=headers)
+    assert (await communicator.connect(timeout=5))[0]
+    return communicator, client
+
+
+async def _closed(communicator: WebsocketCommunicator) -> int:
+    output = await communicator.receive_output(timeout=5)
+    assert output["type"] == "websocket.close", output
+    return output["code"]
+
+
+def _deactivate(user: User) -> None:
+    user.is_active = False
+    user.save()  # what the admin's user form does
+
+
+def _remove_role(user: User) -> None:
+    user.groups.remove(Group.objects.get(name="reviewer"))  # what the admin's user form does
+
+
+async def test_it_closes_the_sockets_of_a_session_that_logs_out_and_keeps_the_others(alice):
+    leaving, client = await _open_inbox(alice)
+    staying, _ = await _open_inbox(alice)
+
+    await database_sync_to_async(client.logout)()
+
+    assert await _closed(leaving) == 4403
+    assert await staying.receive_nothing(timeout=0.3)
+    await staying.disconnect()
+
+
+@pytest.mark.parametrize("end_access", [_deactivate, _remove_role])
+async def test_it_closes_a_socket_when_its_user_loses_access(alice, end_access):
+    communicator, _ = await _open_inbox(alice)
+
+    await database_sync_to_async(end_access)(alice)
+
+    assert await _closed(communicator) == 4403
+
+
+async def test_it_keeps_a_socket_open_when_another_user_loses_access(alice, bob):
+    communicator, _ = await _open_inbox(alice)
+
+    await database_sync_to_async(_deactivate)(bob)
+
+    assert await communicator.receive_nothing(timeout=0.3)
     await communicator.disconnect()

@@ -15,7 +15,6 @@ import pytest
 import redis
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
@@ -39,7 +38,7 @@ def second_redis(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def two_hosts(settings, second_redis: str) -> list[str]:  # noqa: ANN001
+def two_hosts(settings, second_redis: str) -> list[str]:
     """Make both Redis servers the channel layer's hosts, here and in a daphne; return their URLs."""
     hosts = [settings.REDIS_URL, second_redis]
     layer = {**settings.CHANNEL_LAYERS["default"], "CONFIG": {"hosts": [{"address": url} for url in hosts]}}
@@ -106,4 +105,3 @@ async def test_it_delivers_events_of_groups_on_either_host_to_websockets_and_str
                 assert "id: 1" in frame and "event: message" in frame
                 assert json.loads(frame[-1].removeprefix("data: "))["data"] == {"content": "hi"}
             await socket.disconnect()
-
