@@ -66,13 +66,13 @@ def refusal(method: str, path: str, raw_headers: list[tuple[bytes, bytes]]) -> t
     """Return (status, error_code, message) if the headers alone refuse the request, else None."""
     headers = _headers(raw_headers)
     length = headers.get(b"content-length")
-    if length is not None:
-        if not (length.isascii() and length.strip().isdigit()):
-            return 400, "invalid", "Content-Length must be a number"
-        if int(length) > max_body():
-            return 413, "body_too_large", f"the request body is over the {max_body() // 1024} KiB limit"
+    if length is not None and not (length.isascii() and length.strip().isdigit()):
+        return 400, "invalid", "Content-Length must be a number"
+    # Who asks comes first: an anonymous caller learns nothing about the limits.
     if method in UNSAFE_METHODS and path.startswith("/api/") and not _bearer(headers) and not _has_session(headers):
         return 401, "unauthenticated", "sign in, or send Authorization: Bearer <token> (agentfast tokens create USER)"
+    if length is not None and int(length) > max_body():
+        return 413, "body_too_large", f"the request body is over the {max_body() // 1024} KiB limit"
     return None
 
 
@@ -178,10 +178,14 @@ def guard_daphne() -> None:
         path = (self.channel._path or b"").decode("latin1").split("?")[0]
         raw = [(name.lower(), value) for name, values in self.requestHeaders.getAllRawHeaders() for value in values]
         found = refusal(method, path, raw)
-        if found is None:
-            return original_got_length(self, length)
-        original_got_length(self, 0)
-        _refuse_in_daphne(self, *found)
+        if found is not None:
+            original_got_length(self, 0)
+            _refuse_in_daphne(self, *found)
+            return
+        original_got_length(self, length)
+        token = _bearer(dict(raw)) if method in UNSAFE_METHODS and path.startswith("/api/") else None
+        if token is not None and length != 0:
+            _check_token_in_daphne(self, token)
 
     def handleContentChunk(self: Any, data: bytes) -> None:
         # A chunked body has no length to check up front: stop it at the cap.
@@ -198,6 +202,26 @@ def guard_daphne() -> None:
     WebRequest.gotLength = gotLength
     WebRequest.handleContentChunk = handleContentChunk
     WebRequest._agentfast_guarded = True
+
+
+def _check_token_in_daphne(request: Any, token: str) -> None:
+    """Stop reading the body until the token is checked (in a thread: it is a database read)."""
+    from twisted.internet import threads
+
+    channel = request.channel
+    channel.pauseProducing()
+
+    def checked(live: bool) -> None:
+        if not live:
+            _refuse_in_daphne(request, 401, "unauthenticated", "the bearer token is unknown or revoked")
+        elif channel.transport is not None:
+            channel.resumeProducing()
+
+    def failed(failure: Any) -> None:
+        logger.warning("could not check a bearer token before its body: %s", failure.getErrorMessage())
+        channel.resumeProducing()  # Django checks it again after reading
+
+    threads.deferToThread(_token_is_live, token).addCallbacks(checked, failed)
 
 
 def _refuse_in_daphne(request: Any, status: int, code: str, message: str) -> None:
