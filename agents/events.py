@@ -33,6 +33,7 @@ from agents.models import RunEvent
 logger = logging.getLogger(__name__)
 
 APPROVALS_GROUP = "approvals"
+_MAX_DEPTH = 64  # event data wraps arguments (nested at most 32 deep) in a few levels
 # Events that reviewers' inboxes care about, whichever run they belong to.
 _APPROVAL_EVENTS = {RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_DECIDED}
 
@@ -132,6 +133,9 @@ def reserve_returning(*, run_id: str, count: int, columns: tuple[str, ...] = ())
 def record(*, run_id: str, last_seq: int, items: list[tuple[str, dict[str, Any]]]) -> None:
     """Store events whose seqs end at `last_seq` (reserved) and push them, in order, after commit."""
     first = last_seq - len(items) + 1
+    # What models and tools said is repaired, never refused: a lone surrogate would fail
+    # PostgreSQL's jsonb, and every later SSE frame or push of the event.
+    items = [(type, text.repair(data, max_depth=_MAX_DEPTH)) for type, data in items]
     RunEvent.objects.bulk_create(
         RunEvent(run_id=run_id, seq=first + offset, type=type, data=data) for offset, (type, data) in enumerate(items)
     )
@@ -224,7 +228,7 @@ class _Publisher:
             if layer is None:
                 return
             # A stored string may predate text checks; msgpack refuses lone surrogates.
-            safe = text.repair(message, max_depth=64)
+            safe = text.repair(message, max_depth=_MAX_DEPTH)
             for group in groups:
                 await asyncio.wait_for(layer.group_send(group, safe), self._SEND_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 — any transport failure is non-fatal here
