@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -88,28 +89,35 @@ def _too_many() -> JsonResponse:
 
 
 class _OpenStreams:
-    """How many streams each user has open in this process (all on the one event loop)."""
+    """How many streams each user has open in this process.
+
+    Slots are taken on the event loop but given back from a thread (Django closes a
+    response with sync_to_async), hence the lock.
+    """
 
     def __init__(self) -> None:
         self.counts: dict[int, int] = {}
+        self.lock = threading.Lock()
 
     def limit(self) -> int:
         return int(getattr(settings, "AGENTFAST_STREAMS_PER_USER", 20))
 
     def take(self, user_id: int) -> Callable[[], None] | None:
         """Take a slot; return how to give it back (once), or None when the user has none left."""
-        if self.counts.get(user_id, 0) >= self.limit():
-            return None
-        self.counts[user_id] = self.counts.get(user_id, 0) + 1
+        with self.lock:
+            if self.counts.get(user_id, 0) >= self.limit():
+                return None
+            self.counts[user_id] = self.counts.get(user_id, 0) + 1
         released = False
 
         def release() -> None:
             nonlocal released
-            if not released:
-                released = True
-                self.counts[user_id] -= 1
-                if not self.counts[user_id]:
-                    del self.counts[user_id]
+            with self.lock:
+                if not released:
+                    released = True
+                    self.counts[user_id] -= 1
+                    if not self.counts[user_id]:
+                        del self.counts[user_id]
 
         return release
 

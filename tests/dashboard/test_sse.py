@@ -115,3 +115,21 @@ async def test_it_lets_go_of_its_channels_when_a_stream_ends() -> None:
     await stream.aclose()  # a client that went away
     left = await in_thread(_subscribed) - before
     assert all(b"sse-anchor." in channel for channel in left), left
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_ends_a_stream_at_a_heartbeat_when_the_end_of_access_went_unannounced(
+    monkeypatch: pytest.MonkeyPatch, alice: User
+) -> None:
+    monkeypatch.setattr(sse, "HEARTBEAT_SECONDS", 0.2)
+    run = await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
+    token, secret = await in_thread(services.token_create, username="alice")
+    await in_thread(services.token_revoke, prefix=secret)  # told before the stream listened: missed
+    stream = sse.run_stream(run.id, 0, sse.Viewer(user_id=alice.pk, token_id=token.pk))
+    try:
+        assert await _next(stream) == sse.LIVE
+        assert await _next(stream) == sse.ACCESS_ENDED
+        with pytest.raises(StopAsyncIteration):
+            await _next(stream)
+    finally:
+        await stream.aclose()
