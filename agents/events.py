@@ -3,26 +3,37 @@
 A stored event is appended to RunEvent inside the caller's transaction and sent to the
 Channels layer only once that transaction commits (invariant 7), so a viewer never sees
 an event that was rolled back, and SSE can replay anything it missed from the table.
+
+Ending access (logout, a revoked token, deactivation, a role removed) is announced the
+same way, to the user's (or token's) access group: open websockets and streams re-check
+and close.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
+import hashlib
 import logging
 import os
+import threading
 import time
 from typing import Any
 
-import redis
-from asgiref.sync import async_to_sync
-from channels_redis.pubsub import RedisPubSubChannelLayer
-from django.conf import settings
+from django.contrib.auth.models import User
+from django.contrib.auth.signals import user_logged_out
 from django.db import connection, transaction
+from django.db.models.signals import m2m_changed, post_save
+from django.dispatch import receiver
 
+from agents import text
 from agents.models import RunEvent
 
 logger = logging.getLogger(__name__)
 
 APPROVALS_GROUP = "approvals"
+_MAX_DEPTH = 64  # event data wraps arguments (nested at most 32 deep) in a few levels
 # Events that reviewers' inboxes care about, whichever run they belong to.
 _APPROVAL_EVENTS = {RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_DECIDED}
 
@@ -30,6 +41,55 @@ _APPROVAL_EVENTS = {RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_DECI
 def run_group(run_id: str) -> str:
     """Return the Channels group of one run's viewers."""
     return f"run.{run_id}"
+
+
+def user_group(user_id: int) -> str:
+    """Return the group of a user's open websockets and streams (told when their access may have ended)."""
+    return f"access.user.{user_id}"
+
+
+def token_group(token_id: int) -> str:
+    """Return the group of the streams a bearer token opened."""
+    return f"access.token.{token_id}"
+
+
+def session_digest(session_key: str | None) -> str:
+    """Return how a session is named on the channel layer (never the key itself)."""
+    return hashlib.sha256((session_key or "").encode()).hexdigest()[:24] if session_key else ""
+
+
+def access_changed(*, group: str, session_key: str | None = None) -> None:
+    """Tell a user's (or token's) live connections to re-check their access after commit.
+
+    With `session_key` (a logout) the connections of that session close outright: the
+    session still exists until logout flushes it, so a re-check would find it valid.
+    """
+    message = {"type": "access.check", "session": session_digest(session_key)}
+    transaction.on_commit(lambda: _send([group], message))
+
+
+@receiver(user_logged_out)
+def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    if user is not None and request is not None:
+        access_changed(group=user_group(user.pk), session_key=request.session.session_key)
+
+
+@receiver(post_save, sender=User)
+def _on_user_saved(sender: Any, instance: User, **kwargs: Any) -> None:
+    if not instance.is_active:
+        access_changed(group=user_group(instance.pk))
+
+
+@receiver(m2m_changed, sender=User.groups.through)
+def _on_groups_changed(
+    sender: Any, instance: Any, action: str, reverse: bool, pk_set: set[int] | None, **kwargs: Any
+) -> None:
+    if action not in ("post_remove", "post_clear"):
+        return
+    # reverse: a group lost users (pk_set, or all of them on clear, already gone: re-check anyway).
+    user_ids = (pk_set or set()) if reverse else {instance.pk}
+    for user_id in user_ids:
+        access_changed(group=user_group(user_id))
 
 
 def publish(*, run_id: str, type: str, data: dict[str, Any], persist: bool = True) -> int | None:
@@ -73,6 +133,9 @@ def reserve_returning(*, run_id: str, count: int, columns: tuple[str, ...] = ())
 def record(*, run_id: str, last_seq: int, items: list[tuple[str, dict[str, Any]]]) -> None:
     """Store events whose seqs end at `last_seq` (reserved) and push them, in order, after commit."""
     first = last_seq - len(items) + 1
+    # What models and tools said is repaired, never refused: a lone surrogate would fail
+    # PostgreSQL's jsonb, and every later SSE frame or push of the event.
+    items = [(type, text.repair(data, max_depth=_MAX_DEPTH)) for type, data in items]
     RunEvent.objects.bulk_create(
         RunEvent(run_id=run_id, seq=first + offset, type=type, data=data) for offset, (type, data) in enumerate(items)
     )
@@ -95,69 +158,91 @@ def _send(groups: list[str], message: dict[str, Any]) -> None:
 
 
 class _Publisher:
-    """Send events to the channel layer from the caller's thread, cheaply.
+    """Hand events to one background event loop per process, which sends them with `group_send`.
 
-    With Channels' Redis pub/sub layer a group send is one PUBLISH of the layer's own
-    serialization to the group's channel; doing it on a kept, synchronous connection costs
-    a few tens of microseconds, where async_to_sync per event opened a loop and a
-    connection each time (milliseconds) and a background sender fought the caller for the
-    GIL. Other layers go through their async API. A failed push is logged once per outage
-    and pushes pause for a second; the RunEvent row is the truth and viewers replay it.
+    Channels' public API is the only way to reach a group wherever the layer keeps it: with
+    several Redis hosts channels_redis shards groups across them, so a PUBLISH to the first
+    host (what this did before) lost the events of every group hashed to another. Awaiting
+    `group_send` in the caller (async_to_sync) costs a loop and milliseconds per event, so
+    the caller only enqueues (a few microseconds: `call_soon_threadsafe`) and returns; one
+    daemon thread per process sends in order, fire and forget. A failed push is logged once
+    per outage and pushes pause for a second; the RunEvent row is the truth and viewers
+    replay it. At exit (the CLI, a worker) what is queued is sent first, for a moment.
     """
 
     _PAUSE_AFTER_FAILURE = 1.0
+    _SEND_TIMEOUT = 2.0
+    _FLUSH_AT_EXIT = 2.0
 
     def __init__(self) -> None:
         self._pid: int | None = None
-        self._client: redis.Redis | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[tuple[list[str], dict[str, Any]]] | None = None
+        self._lock = threading.Lock()
         self._down_until = 0.0
         self._warned = False
 
     def send(self, groups: list[str], message: dict[str, Any]) -> None:
+        """Queue a message for these groups; never blocks on the channel layer."""
+        loop, queue = self._started()
+        loop.call_soon_threadsafe(queue.put_nowait, (groups, message))
+
+    def flush(self, timeout: float = _FLUSH_AT_EXIT) -> None:
+        """Wait until everything queued so far was sent (or `timeout` passed)."""
+        if self._loop is None or self._queue is None or self._pid != os.getpid():
+            return
+        done = asyncio.run_coroutine_threadsafe(self._queue.join(), self._loop)
+        with contextlib.suppress(Exception):
+            done.result(timeout)
+
+    def _started(self) -> tuple[asyncio.AbstractEventLoop, asyncio.Queue[tuple[list[str], dict[str, Any]]]]:
+        # One loop per process, made again after a fork (Celery's prefork children).
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    loop = asyncio.new_event_loop()
+                    queue: asyncio.Queue[tuple[list[str], dict[str, Any]]] = asyncio.Queue()
+                    threading.Thread(target=self._run, args=(loop, queue), name="agentfast-events", daemon=True).start()
+                    self._loop, self._queue, self._pid = loop, queue, os.getpid()
+        assert self._loop is not None and self._queue is not None
+        return self._loop, self._queue
+
+    def _run(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[tuple[list[str], dict[str, Any]]]) -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(self._deliver(queue))
+
+    async def _deliver(self, queue: asyncio.Queue[tuple[list[str], dict[str, Any]]]) -> None:
         from channels.layers import get_channel_layer
 
-        layer = get_channel_layer()
-        if layer is None or time.monotonic() < self._down_until:
-            return
+        while True:
+            groups, message = await queue.get()
+            try:
+                if time.monotonic() >= self._down_until:
+                    await self._group_send(get_channel_layer, groups, message)
+            finally:
+                queue.task_done()
+
+    async def _group_send(self, get_layer: Any, groups: list[str], message: dict[str, Any]) -> None:
         try:
-            if isinstance(layer, RedisPubSubChannelLayer):
-                payload = layer.serialize(message)
-                client = self._redis()
-                for group in groups:
-                    client.publish(_group_channel(group), payload)
-            else:
-                for group in groups:
-                    async_to_sync(layer.group_send)(group, message)
+            layer = get_layer()
+            if layer is None:
+                return
+            # A stored string may predate text checks; msgpack refuses lone surrogates.
+            safe = text.repair(message, max_depth=_MAX_DEPTH)
+            for group in groups:
+                await asyncio.wait_for(layer.group_send(group, safe), self._SEND_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 — any transport failure is non-fatal here
             self._down_until = time.monotonic() + self._PAUSE_AFTER_FAILURE
             if not self._warned:
                 logger.warning(
                     "could not push %s events to the channel layer (viewers will replay them): %s",
-                    message["event"],
+                    message.get("event", message.get("type")),
                     exc,
                 )
             self._warned = True
         else:
             self._warned = False
 
-    def _redis(self) -> redis.Redis:
-        # One connection per process, made again after a fork (Celery's prefork children).
-        if self._client is None or self._pid != os.getpid():
-            self._client = redis.Redis.from_url(
-                _layer_config()["hosts"][0]["address"], socket_connect_timeout=1, socket_timeout=2
-            )
-            self._pid = os.getpid()
-        return self._client
-
-
-def _layer_config() -> dict[str, Any]:
-    return settings.CHANNEL_LAYERS["default"].get("CONFIG", {})
-
-
-def _group_channel(group: str) -> str:
-    # The Redis channel RedisPubSubChannelLayer subscribes a group's members to
-    # (tests/agents/test_events.py checks that a layer subscriber receives what we publish).
-    return f"{_layer_config().get('prefix', 'asgi')}__group__{group}"
-
 
 _publisher = _Publisher()
+atexit.register(_publisher.flush)

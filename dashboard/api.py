@@ -74,6 +74,10 @@ replay is over and the stream is subscribed.
 `POST /api/runs/{run_id}/resume` with `Accept: text/event-stream` drives the run in the
 request and streams it the same way, ending with `event: end`
 (`{"run_id", "status", "driven"}`) once the run completes, fails or waits again.
+A user may hold 20 open streams per server process (`AGENTFAST_STREAMS_PER_USER`); one
+more is a 429. A stream whose viewer's access ends (logout, revoked token, deactivated,
+role removed) ends with `event: access_ended`. Bodies over `AGENTFAST_MAX_BODY_BYTES`, and
+unauthenticated POSTs, are refused before the body is read.
 """
 
 
@@ -178,7 +182,8 @@ async def run_events(
 ) -> HttpResponse:
     """Server-sent events of one run: replayed after `Last-Event-ID` / `after`, then live."""
     await sync_to_async(selectors.run_get)(run_id)
-    return sse.response(sse.run_stream(run_id, sse.resume_point(request, after, default=0)))
+    viewer = await sse.viewer_of(request)
+    return sse.response(sse.run_stream(run_id, sse.resume_point(request, after, default=0), viewer), viewer)
 
 
 def _refuse_if_driven(run: Run) -> None:
@@ -248,8 +253,9 @@ def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> di
 )
 async def approval_events(request: HttpRequest, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> HttpResponse:
     """Server-sent approval events of every run; ids are RunEvent primary keys."""
-    default = await sync_to_async(sse.latest_approval_event)()
-    return sse.response(sse.approval_stream(sse.resume_point(request, after, default=default)))
+    after = sse.resume_point(request, after, default=await sync_to_async(sse.latest_approval_event)())
+    viewer = await sse.viewer_of(request)
+    return sse.response(sse.approval_stream(after, viewer), viewer)
 
 
 def _refuse_unless_may_speak_for(request: HttpRequest, approval_id: str, decision: str, attempt: Attempt) -> None:

@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels (session auth, origin checked)."""
+"""ASGI entry point: HTTP through Django behind the body and stream guards, websockets through
+Channels (session auth, exact origin)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django_asgi_app = get_asgi_application()
 
 # Channels' imports need the app registry ready, hence after get_asgi_application().
-from channels.auth import AuthMiddlewareStack  # noqa: E402
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.auth import AuthMiddlewareStack
+from channels.routing import ProtocolTypeRouter, URLRouter
 
-from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from dashboard.limits import BodyLimit, SharedStreamThread, guard_daphne
+from dashboard.origin import SameOriginValidator
+from dashboard.routing import websocket_urlpatterns
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "http": BodyLimit(SharedStreamThread(django_asgi_app)),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+guard_daphne()  # under daphne, refuse oversized or anonymous bodies before daphne buffers them

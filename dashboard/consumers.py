@@ -7,14 +7,18 @@ renders, marked for an out-of-band swap that htmx's ws extension applies.
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.generic.websocket import WebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY
+from django.contrib.auth.models import User
 from django.http import QueryDict
 from django.template.loader import render_to_string
 
-from agents import events, selectors, services
+from agents import events, selectors, services, text
 from agents.models import Approval, RunEvent
 from dashboard.auth import is_reviewer
 from dashboard.forms import InboxFilter
@@ -26,7 +30,8 @@ NOT_FOUND = 4404
 class _GroupConsumer(WebsocketConsumer):
     """Accept reviewers only, then join one group; subclasses name it and render events.
 
-    Nothing the browser sends is read: decisions go through the views (CSRF, audit).
+        Nothing the browser sends is read: decisions go through the views (CSRF, audit). Each
+    socket also joins its user's access group and closes (4403) when that access ends.
     """
 
     group: str = ""
@@ -40,17 +45,46 @@ class _GroupConsumer(WebsocketConsumer):
         if group is None:
             self.close(code=NOT_FOUND)
             return
-        async_to_sync(self.channel_layer.group_add)(group, self.channel_name)
+        self.groups_joined = [group, events.user_group(self.scope["user"].pk)]
+        for name in self.groups_joined:
+            async_to_sync(self.channel_layer.group_add)(name, self.channel_name)
         self.group = group
         self.accept()
 
     def disconnect(self, code: int) -> None:
-        if self.group:
-            async_to_sync(self.channel_layer.group_discard)(self.group, self.channel_name)
+        for name in getattr(self, "groups_joined", []):
+            async_to_sync(self.channel_layer.group_discard)(name, self.channel_name)
+
+    def access_check(self, message: dict[str, Any]) -> None:
+        """Close when the user's access ended: this session logged out, or a re-check fails."""
+        session_key = self.scope["session"].session_key
+        if (
+            message.get("session") and message["session"] == events.session_digest(session_key)
+        ) or not _may_still_watch(self.scope["user"].pk, session_key):
+            self.close(code=FORBIDDEN)
 
     def group_to_join(self) -> str | None:
         """Read the connection's parameters; return the group to join, or None (4404)."""
         raise NotImplementedError
+
+    def push(self, html: str) -> None:
+        """Send a partial; text that cannot be UTF-8 (a lone surrogate) is repaired, never fatal."""
+        self.send(text_data=text.repair(html))
+
+
+def _may_still_watch(user_id: int, session_key: str | None) -> bool:
+    user = User.objects.filter(pk=user_id, is_active=True).first()
+    if user is None or not is_reviewer(user):
+        return False
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return str(session.get(SESSION_KEY)) == str(user_id)
+
+
+class UnknownPathConsumer(WebsocketConsumer):
+    """Refuse a websocket to a path no route serves (4404), as a page would answer 404."""
+
+    def connect(self) -> None:
+        self.close(code=NOT_FOUND)
 
 
 class InboxConsumer(_GroupConsumer):
@@ -72,7 +106,7 @@ class InboxConsumer(_GroupConsumer):
             return
         if html is not None:
             count = self.filters.pending_approvals().count()
-            self.send(text_data=html + render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True}))
+            self.push(html + render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True}))
 
     def _card(self, approval_id: str) -> str | None:
         try:
@@ -103,4 +137,4 @@ class RunConsumer(_GroupConsumer):
         if event is None:
             return
         run = selectors.run_get(self.run_id)
-        self.send(text_data=render_to_string("dashboard/_event_push.html", {"event": event, "run": run}))
+        self.push(render_to_string("dashboard/_event_push.html", {"event": event, "run": run}))

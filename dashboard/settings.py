@@ -276,6 +276,15 @@ CHANNEL_LAYERS = {
         "CONFIG": {"hosts": [{"address": REDIS_URL}]},
     }
 }
+# -- live connections (h4): extra channel-layer Redis hosts, body and stream limits ------
+# Several hosts shard the groups (comma-separated Redis URLs; REDIS_URL stays the first).
+AGENTFAST_CHANNEL_HOSTS = [u for u in os.environ.get("AGENTFAST_CHANNEL_HOSTS", "").split(",") if u]
+CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] += [{"address": u} for u in AGENTFAST_CHANNEL_HOSTS]
+# A request body over this is refused (413) before it is read; forms get the headroom.
+AGENTFAST_MAX_BODY_BYTES = int(os.environ.get("AGENTFAST_MAX_BODY_BYTES", DATA_UPLOAD_MAX_MEMORY_SIZE + 64 * 1024))
+# Open SSE streams per user and process; one more is refused (429).
+AGENTFAST_STREAMS_PER_USER = int(os.environ.get("AGENTFAST_STREAMS_PER_USER", "20"))
+# -- end of live connections --------------------------------------------------------------
 
 # Celery: every task step is a compare-and-set, so late acks and redelivery are safe.
 CELERY_BROKER_URL = _celery_url(REDIS_URL)

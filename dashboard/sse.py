@@ -17,21 +17,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Any, Protocol, Self
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, Protocol, Self, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.db import close_old_connections
-from django.http import HttpRequest, StreamingHttpResponse
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY
+from django.contrib.auth.models import User
+from django.db import close_old_connections, connection
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
-from agents import events, runtime
-from agents.models import Run, RunEvent
+from agents import events, runtime, text
+from agents.models import ApiToken, Run, RunEvent
 from agents.runtime.driver import DriveResult
+from agents.services import tokens
 from dashboard.api_auth import ApiError
+from dashboard.auth import is_reviewer
+
+T = TypeVar("T")
 
 HEARTBEAT_SECONDS = 15.0
 POLL_SECONDS = 1.0  # without a channel layer, read the table this often instead
@@ -40,6 +49,8 @@ REPLAY_BATCH = 500
 APPROVAL_EVENTS = (RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_DECIDED)
 # Sent once the replay is out and the stream is subscribed: a client may rely on it.
 LIVE = ": live\n\n"
+# The last frame of a stream whose viewer's access ended (logout, revoked token, ...).
+ACCESS_ENDED = 'event: access_ended\ndata: {"error_code":"access_ended","message":"your access ended"}\n\n'
 HEARTBEAT = ": heartbeat\n\n"
 
 logger = logging.getLogger(__name__)
@@ -48,15 +59,80 @@ logger = logging.getLogger(__name__)
 def frame(event: str, payload: dict[str, Any], event_id: int | None = None) -> str:
     """Return one SSE frame; JSON never contains a raw newline, so `data` is one line."""
     head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    # text.dumps repairs what cannot be sent as UTF-8 (a lone surrogate stored before checks).
+    return f"{head}event: {event}\ndata: {text.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-def response(stream: AsyncIterator[str]) -> StreamingHttpResponse:
-    """Wrap a stream; daphne serves it from its event loop, holding no thread."""
+def response(stream: AsyncIterator[str], viewer: Viewer | None = None) -> HttpResponse:
+    """Wrap a stream; daphne serves it from its event loop, holding no thread.
+
+    A viewer over their share of open streams (AGENTFAST_STREAMS_PER_USER in this process)
+    gets a 429 instead; the slot is given back when the response closes.
+    """
+    if viewer is not None:
+        release = _open_streams.take(viewer.user_id)
+        if release is None:
+            return _too_many()
+        stream = _Slot(stream, release)
     reply = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
     reply["Cache-Control"] = "no-cache"
     reply["X-Accel-Buffering"] = "no"  # a proxy must not buffer the stream
     return reply
+
+
+def _too_many() -> JsonResponse:
+    limit = _open_streams.limit()
+    message = f"too many open streams: at most {limit} per user; close one and retry"
+    return JsonResponse(
+        {"error_code": "too_many_streams", "message": message}, status=429, headers={"Retry-After": "15"}
+    )
+
+
+class _OpenStreams:
+    """How many streams each user has open in this process.
+
+    Slots are taken on the event loop but given back from a thread (Django closes a
+    response with sync_to_async), hence the lock.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.lock = threading.Lock()
+
+    def limit(self) -> int:
+        return int(getattr(settings, "AGENTFAST_STREAMS_PER_USER", 20))
+
+    def take(self, user_id: int) -> Callable[[], None] | None:
+        """Take a slot; return how to give it back (once), or None when the user has none left."""
+        with self.lock:
+            if self.counts.get(user_id, 0) >= self.limit():
+                return None
+            self.counts[user_id] = self.counts.get(user_id, 0) + 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self.lock:
+                if not released:
+                    released = True
+                    self.counts[user_id] -= 1
+                    if not self.counts[user_id]:
+                        del self.counts[user_id]
+
+        return release
+
+
+_open_streams = _OpenStreams()
+
+
+class _Slot:
+    """A stream holding a slot; StreamingHttpResponse calls close() when the response ends."""
+
+    def __init__(self, stream: AsyncIterator[str], release: Callable[[], None]) -> None:
+        self.stream, self.close = stream, release
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self.stream
 
 
 def resume_point(request: HttpRequest, after: int | None, *, default: int) -> int:
@@ -64,7 +140,8 @@ def resume_point(request: HttpRequest, after: int | None, *, default: int) -> in
     header = request.headers.get("Last-Event-ID", "").strip()
     if not header:
         return default if after is None else after
-    if not header.isdigit() or len(header) > 18:
+    # isdigit() alone admits "٣" and "²", which int() reads or refuses: ASCII digits only.
+    if not (header.isascii() and header.isdigit()) or len(header) > 18:
         raise ApiError("Last-Event-ID must be a non-negative integer", field="Last-Event-ID")
     return int(header)
 
@@ -72,6 +149,82 @@ def resume_point(request: HttpRequest, after: int | None, *, default: int) -> in
 def wants_stream(request: HttpRequest) -> bool:
     # Explicitly: curl's "*/*" gets JSON.
     return "text/event-stream" in request.headers.get("Accept", "")
+
+
+# -- who is watching ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Whoever opened a stream: access is re-checked while it lasts, and it ends when access does."""
+
+    user_id: int
+    token_id: int | None = None  # a bearer token's stream ends when the token is revoked
+    session_key: str | None = None  # a session's stream ends at its logout
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        groups = [events.user_group(self.user_id)]
+        if self.token_id is not None:
+            groups.append(events.token_group(self.token_id))
+        return tuple(groups)
+
+    async def still_allowed(self, message: dict[str, Any] | None = None) -> bool:
+        """Return whether the viewer may still watch (after an access.check message, or at a heartbeat)."""
+        ended_session = (message or {}).get("session")
+        if ended_session and ended_session == events.session_digest(self.session_key):
+            return False
+        return await _read(_may_still_watch, self)
+
+
+async def viewer_of(request: HttpRequest) -> Viewer:
+    """Return the viewer of an authenticated API request (its token, else its session)."""
+    user = request.auth  # what ninja's authentication returned: the user, resolved already
+    token = _bearer(request)
+    token_id = await _read(_token_id, token) if token else None
+    return Viewer(user_id=user.pk, token_id=token_id, session_key=None if token else request.session.session_key)
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _token_id(token: str) -> int | None:
+    found = tokens.token_find(token)
+    return found.pk if found else None
+
+
+def _may_still_watch(viewer: Viewer) -> bool:
+    user = User.objects.filter(pk=viewer.user_id, is_active=True).first()
+    if user is None or not is_reviewer(user):
+        return False
+    if viewer.token_id is not None:
+        return ApiToken.objects.filter(pk=viewer.token_id, revoked_at__isnull=True).exists()
+    if viewer.session_key is not None:
+        session = import_module(settings.SESSION_ENGINE).SessionStore(viewer.session_key)
+        return str(session.get(SESSION_KEY)) == str(viewer.user_id)
+    return True
+
+
+async def _read(func: Callable[..., T], *args: Any) -> T:
+    """Run one short table read off the event loop; its connection is closed at once.
+
+    A stream lasts hours: holding a connection (or a thread) for each would run the
+    database (and the process) out of them.
+    """
+    return await sync_to_async(_closing(func))(*args)
+
+
+def _closing(func: Callable[..., T]) -> Callable[..., T]:
+    def run(*args: Any) -> T:
+        try:
+            return func(*args)
+        finally:
+            if not connection.in_atomic_block:
+                connection.close()
+
+    return run
 
 
 # -- the channel layer -------------------------------------------------------------------
@@ -85,8 +238,9 @@ class _Live:
     go at the end), so a timeout waits beside the pending receive instead.
     """
 
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, *, also: tuple[str, ...] = ()) -> None:
         self.group = group
+        self.groups = (group, *also)  # `also`: the viewer's access groups
         self.layer: Any = None
         self.channel = ""
         self._receiving: asyncio.Future[dict[str, Any]] | None = None
@@ -96,7 +250,8 @@ class _Live:
             layer = get_channel_layer()
             await _keep_receiving(layer)
             self.channel = await layer.new_channel()
-            await layer.group_add(self.group, self.channel)
+            for group in self.groups:
+                await layer.group_add(group, self.channel)
             self.layer = layer
             self._receive()
         except Exception as exc:  # noqa: BLE001 — any transport failure: fall back to polling the table
@@ -111,7 +266,8 @@ class _Live:
                 await self._receiving
         if self.layer is not None:
             try:
-                await self.layer.group_discard(self.group, self.channel)
+                for group in self.groups:
+                    await self.layer.group_discard(group, self.channel)
             except Exception:  # the stream is over either way
                 logger.debug("could not leave %s", self.group, exc_info=True)
 
@@ -183,7 +339,7 @@ class RunFeed:
         """Frames of the stored events after the last one sent (replay, gaps, idle checks)."""
         frames: list[str] = []
         while True:
-            rows = await sync_to_async(_run_events_after)(self.run_id, self.last)
+            rows = await _read(_run_events_after, self.run_id, self.last)
             frames += [self._sent(seq, type, data) for seq, type, data in rows]
             if len(rows) < REPLAY_BATCH:
                 return frames
@@ -200,7 +356,7 @@ class RunFeed:
 
     async def has_ended(self) -> bool:
         """Return whether the run ended and every stored event was sent (a late Last-Event-ID)."""
-        state = await sync_to_async(_run_state)(self.run_id)
+        state = await _read(_run_state, self.run_id)
         return state is None or (state[0] in Run.TERMINAL and state[1] <= self.last)
 
     def _sent(self, seq: int, event: str, data: dict[str, Any]) -> str:
@@ -227,7 +383,7 @@ class ApprovalFeed:
     async def stored(self) -> list[str]:
         frames: list[str] = []
         while True:
-            rows = await sync_to_async(_approval_events_after)(self.last)
+            rows = await _read(_approval_events_after, self.last)
             frames += [self._frame(*row) for row in rows]  # all newer than any pk sent
             if len(rows) < REPLAY_BATCH:
                 return frames
@@ -235,7 +391,7 @@ class ApprovalFeed:
     async def live(self, message: dict[str, Any]) -> list[str]:
         if message["event"] not in APPROVAL_EVENTS or message["seq"] is None:
             return []
-        pk = await sync_to_async(_event_pk)(message["run_id"], message["seq"])
+        pk = await _read(_event_pk, message["run_id"], message["seq"])
         if pk is None or pk in self._sent:
             return []
         return [self._frame(pk, message["run_id"], message["seq"], message["event"], message["data"])]
@@ -274,13 +430,24 @@ def latest_approval_event() -> int:
 # -- streams -----------------------------------------------------------------------------
 
 
-async def _follow(live: _Live, feed: _Feed, *, until: asyncio.Future[Any] | None = None) -> AsyncIterator[str]:
-    """Yield live frames, and a heartbeat after each quiet spell, until the feed ends or `until` is done."""
+async def _follow(
+    live: _Live, feed: _Feed, viewer: Viewer | None = None, *, until: asyncio.Future[Any] | None = None
+) -> AsyncIterator[str]:
+    """Yield live frames, and a heartbeat after each quiet spell, until the feed ends or `until` is done.
+
+    The stream ends with an `access_ended` frame when its viewer's access ends: told so on
+    the access groups, or found so by the re-check at each heartbeat (a lost message).
+    """
     quiet_since = time.monotonic()
     while not feed.ended:
         message = await live.next(live.tick, until=until)
         if message is None and until is not None and until.done():
             return  # the caller drains: pushes still in flight first, then the table
+        if message is not None and message.get("type") == "access.check":
+            if viewer is not None and not await viewer.still_allowed(message):
+                yield ACCESS_ENDED
+                return
+            continue
         frames = await (feed.live(message) if message is not None else feed.stored())
         for chunk in frames:
             yield chunk
@@ -288,30 +455,33 @@ async def _follow(live: _Live, feed: _Feed, *, until: asyncio.Future[Any] | None
             quiet_since = time.monotonic()
         elif time.monotonic() - quiet_since >= HEARTBEAT_SECONDS:
             quiet_since = time.monotonic()
+            if viewer is not None and not await viewer.still_allowed():
+                yield ACCESS_ENDED
+                return
             yield HEARTBEAT
 
 
-async def run_stream(run_id: str, after: int) -> AsyncIterator[str]:
+async def run_stream(run_id: str, after: int, viewer: Viewer | None = None) -> AsyncIterator[str]:
     """Yield a run's events after seq `after`, then live ones, until the run ends."""
     feed = RunFeed(run_id, after)
-    async with _Live(events.run_group(run_id)) as live:
+    async with _Live(events.run_group(run_id), also=viewer.groups if viewer else ()) as live:
         for chunk in await feed.stored():
             yield chunk
         if feed.ended or await feed.has_ended():
             return
         yield LIVE
-        async for chunk in _follow(live, feed):
+        async for chunk in _follow(live, feed, viewer):
             yield chunk
 
 
-async def approval_stream(after: int) -> AsyncIterator[str]:
+async def approval_stream(after: int, viewer: Viewer | None = None) -> AsyncIterator[str]:
     """Yield the approval events of all runs after RunEvent pk `after`, then live ones, forever."""
     feed = ApprovalFeed(after)
-    async with _Live(events.APPROVALS_GROUP) as live:
+    async with _Live(events.APPROVALS_GROUP, also=viewer.groups if viewer else ()) as live:
         for chunk in await feed.stored():
             yield chunk
         yield LIVE
-        async for chunk in _follow(live, feed):
+        async for chunk in _follow(live, feed, viewer):
             yield chunk
 
 
@@ -341,13 +511,13 @@ async def drive_stream(run_id: str, after: int) -> AsyncIterator[str]:
         async for chunk in _drain(live, feed):
             yield chunk
     if not result.driven:
-        yield frame("error", await sync_to_async(_lease_error)(run_id))
+        yield frame("error", await _read(_lease_error, run_id))
     yield frame("end", {"run_id": run_id, "status": result.status, "driven": result.driven})
 
 
 async def _drain(live: _Live, feed: RunFeed) -> AsyncIterator[str]:
     """Yield what the finished drive published and this stream has not sent yet."""
-    state = await sync_to_async(_run_state)(feed.run_id)
+    state = await _read(_run_state, feed.run_id)
     target = state[1] if state else feed.last
     deadline = time.monotonic() + DRAIN_SECONDS
     while feed.last < target and live.layer is not None and (left := deadline - time.monotonic()) > 0:

@@ -7,8 +7,10 @@ import secrets
 from datetime import timedelta
 
 from django.contrib.auth.models import User
+from django.db import transaction
 from django.utils import timezone
 
+from agents import events
 from agents.models import ApiToken
 from agents.services.errors import InvalidInput, NotFound
 
@@ -36,9 +38,16 @@ def token_revoke(*, prefix: str) -> ApiToken:
     token = ApiToken.objects.filter(prefix=prefix).first()
     if token is None:
         raise NotFound(f"no token {prefix}")
-    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    with transaction.atomic():
+        if ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now()):
+            events.access_changed(group=events.token_group(token.pk))  # its open streams end
     token.refresh_from_db()
     return token
+
+
+def token_find(token: str) -> ApiToken | None:
+    """Return the live token with this secret, or None (without recording a use)."""
+    return ApiToken.objects.filter(token_hash=_hash(token), revoked_at__isnull=True).first()
 
 
 def token_authenticate(token: str) -> User | None:

@@ -75,3 +75,13 @@ async def test_it_sends_live_deltas_without_storing_them():
     assert seq is None
     assert (await receive(channel))["data"] == {"text": "Hel"}
     assert not await RunEvent.objects.filter(run_id=run_id).aexists()
+
+
+async def test_it_repairs_a_lone_surrogate_in_an_event_instead_of_losing_it():
+    run_id = await new_run()
+    channel = await listen(events.run_group(run_id))
+
+    seq = await database_sync_to_async(events.publish)(run_id=run_id, type="message", data={"content": "a\ud800b"})
+
+    assert (await receive(channel))["data"] == {"content": "a\ufffdb"}
+    assert (await RunEvent.objects.aget(run_id=run_id, seq=seq)).data == {"content": "a\ufffdb"}

@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from agents import services
+from agents import events, services
 from dashboard.asgi import application
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, resume, start
@@ -31,9 +31,9 @@ def _session_cookie(user: User) -> bytes:
 
 
 async def connect(
-    path: str, user: User | None = None, *, origin: bytes = b"http://localhost"
+    path: str, user: User | None = None, *, origin: bytes | None = b"http://localhost", host: bytes = b"localhost"
 ) -> tuple[WebsocketCommunicator, bool, int | None]:
-    headers = [(b"origin", origin), (b"host", b"localhost")]
+    headers = [(b"host", host)] + ([(b"origin", origin)] if origin is not None else [])
     if user is not None:
         headers.append((b"cookie", await database_sync_to_async(_session_cookie)(user)))
     communicator = WebsocketCommunicator(application, path, headers=headers)
@@ -62,6 +62,52 @@ async def test_it_refuses_a_foreign_origin(alice):
     _, connected, _ = await connect("/ws/inbox/", alice, origin=b"http://evil.example")
 
     assert connected is False
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        (b"http://localhost:9999", b"localhost"),  # another local port
+        (b"http://localhost", b"localhost:8321"),  # the site is on a port, the page on none
+        (b"https://localhost", b"localhost"),  # another scheme
+        (b"http://localhost.evil.example", b"localhost"),
+        (b"null", b"localhost"),
+        (None, b"localhost"),  # no Origin at all
+    ],
+)
+async def test_it_refuses_an_origin_other_than_the_sites_own(alice, origin, host):
+    _, connected, _ = await connect("/ws/inbox/", alice, origin=origin, host=host)
+
+    assert connected is False
+
+
+@pytest.mark.parametrize(
+    ("origin", "host"),
+    [
+        (b"http://localhost", b"localhost"),
+        (b"http://localhost:8321", b"localhost:8321"),
+        (b"http://LOCALHOST:80", b"localhost"),
+    ],
+)
+async def test_it_accepts_exactly_the_sites_own_origin(alice, origin, host):
+    communicator, connected, _ = await connect("/ws/inbox/", alice, origin=origin, host=host)
+
+    assert connected is True
+    await communicator.disconnect()
+
+
+async def test_it_accepts_a_trusted_origin(alice, settings):
+    settings.CSRF_TRUSTED_ORIGINS = ["https://review.example.com"]
+    communicator, connected, _ = await connect("/ws/inbox/", alice, origin=b"https://review.example.com")
+
+    assert connected is True
+    await communicator.disconnect()
+
+
+async def test_it_closes_a_socket_to_an_unknown_path_with_4404(alice):
+    for path in ("/ws/nowhere/", "/", "/ws/runs/"):
+        _, connected, code = await connect(path, alice)
+        assert (connected, code) == (False, 4404)
 
 
 async def test_it_pushes_a_card_when_an_agent_pauses_and_removes_it_when_decided(alice):
@@ -151,4 +197,80 @@ async def test_it_removes_the_card_of_an_expired_approval(alice, paused):
     )
 
     assert f'<div id="card-{approval.id}" hx-swap-oob="delete"></div>' in await communicator.receive_from(timeout=5)
+    await communicator.disconnect()
+
+
+async def test_it_pushes_a_timeline_event_whose_stored_text_has_a_lone_surrogate(alice):
+    run = await in_thread(services.run_create, agent="support", input="hi", enqueue=False)
+    communicator, connected, _ = await connect(f"/ws/runs/{run.id}/", alice)
+    assert connected
+
+    await in_thread(events.publish, run_id=run.id, type="message", data={"role": "assistant", "content": "a\ud800b"})
+    pushed = await communicator.receive_from(timeout=5)
+
+    assert "a\ufffdb" in pushed
+    pushed.encode()  # what daphne does with it
+    await communicator.disconnect()
+
+
+# -- access that ends, ends live ----------------------------------------------------------
+
+
+async def _open_inbox(user: User) -> tuple[WebsocketCommunicator, Client]:
+    """Open an inbox socket with a fresh session of the user; return it and that session's client."""
+
+    def sign_in() -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+
+    client = await database_sync_to_async(sign_in)()
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    headers = [(b"host", b"localhost"), (b"origin", b"http://localhost"), (b"cookie", cookie)]
+    communicator = WebsocketCommunicator(application, "/ws/inbox/", headers=headers)
+    assert (await communicator.connect(timeout=5))[0]
+    return communicator, client
+
+
+async def _closed(communicator: WebsocketCommunicator) -> int:
+    output = await communicator.receive_output(timeout=5)
+    assert output["type"] == "websocket.close", output
+    return output["code"]
+
+
+def _deactivate(user: User) -> None:
+    user.is_active = False
+    user.save()  # what the admin's user form does
+
+
+def _remove_role(user: User) -> None:
+    user.groups.remove(Group.objects.get(name="reviewer"))  # what the admin's user form does
+
+
+async def test_it_closes_the_sockets_of_a_session_that_logs_out_and_keeps_the_others(alice):
+    leaving, client = await _open_inbox(alice)
+    staying, _ = await _open_inbox(alice)
+
+    await database_sync_to_async(client.logout)()
+
+    assert await _closed(leaving) == 4403
+    assert await staying.receive_nothing(timeout=0.3)
+    await staying.disconnect()
+
+
+@pytest.mark.parametrize("end_access", [_deactivate, _remove_role])
+async def test_it_closes_a_socket_when_its_user_loses_access(alice, end_access):
+    communicator, _ = await _open_inbox(alice)
+
+    await database_sync_to_async(end_access)(alice)
+
+    assert await _closed(communicator) == 4403
+
+
+async def test_it_keeps_a_socket_open_when_another_user_loses_access(alice, bob):
+    communicator, _ = await _open_inbox(alice)
+
+    await database_sync_to_async(_deactivate)(bob)
+
+    assert await communicator.receive_nothing(timeout=0.3)
     await communicator.disconnect()

@@ -39,6 +39,12 @@ def test_it_writes_one_data_line_per_frame() -> None:
     assert sse.frame("delta", {"text": "hi"}).startswith("event: delta\n")
 
 
+def test_it_repairs_a_lone_surrogate_in_a_frame_instead_of_failing() -> None:
+    text = sse.frame("message", {"content": "bad \ud800 text"}, 3)
+
+    assert text.encode() == 'id: 3\nevent: message\ndata: {"content":"bad \ufffd text"}\n\n'.encode()
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_it_sends_heartbeats_while_a_run_is_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sse, "HEARTBEAT_SECONDS", 0.2)
@@ -84,7 +90,7 @@ async def test_it_streams_from_the_table_when_the_channel_layer_is_down(monkeypa
     assert [e["event"] for e in events] == ["message", "tool_call", "tool_result", "approval_required"]
 
 
-@pytest.mark.parametrize("header", ["abc", "-1", "1.5", "9" * 30])
+@pytest.mark.parametrize("header", ["abc", "-1", "1.5", "9" * 30, "٣", "²", "１"])
 def test_it_refuses_a_malformed_last_event_id(client: Client, alice: User, header: str) -> None:
     run = services.run_create(agent="support", input=REFUND, enqueue=False)
     client.force_login(alice)
@@ -109,3 +115,21 @@ async def test_it_lets_go_of_its_channels_when_a_stream_ends() -> None:
     await stream.aclose()  # a client that went away
     left = await in_thread(_subscribed) - before
     assert all(b"sse-anchor." in channel for channel in left), left
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_ends_a_stream_at_a_heartbeat_when_the_end_of_access_went_unannounced(
+    monkeypatch: pytest.MonkeyPatch, alice: User
+) -> None:
+    monkeypatch.setattr(sse, "HEARTBEAT_SECONDS", 0.2)
+    run = await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
+    token, secret = await in_thread(services.token_create, username="alice")
+    await in_thread(services.token_revoke, prefix=secret)  # told before the stream listened: missed
+    stream = sse.run_stream(run.id, 0, sse.Viewer(user_id=alice.pk, token_id=token.pk))
+    try:
+        assert await _next(stream) == sse.LIVE
+        assert await _next(stream) == sse.ACCESS_ENDED
+        with pytest.raises(StopAsyncIteration):
+            await _next(stream)
+    finally:
+        await stream.aclose()

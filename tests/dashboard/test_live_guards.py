@@ -1,0 +1,254 @@
+"""A real daphne under abuse: huge bodies, many streams, and streams whose access ends.
+
+Requests go over raw sockets where the test must see what the server answers before the
+body is sent; the server's memory and threads are read from /proc.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from agents import services
+from tests.conftest import child_env, wait_for
+from tests.support.processes import Daphne
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+MB = 1024 * 1024
+STREAMS_PER_USER = 40
+
+
+@pytest.fixture(scope="module")
+def daphne(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daphne]:
+    log = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    server = Daphne(log=log, env=child_env(AGENTFAST_STREAMS_PER_USER=str(STREAMS_PER_USER)))
+    server.start()
+    server.wait_ready()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def token(alice: User) -> str:
+    return services.token_create(username="alice")[1]
+
+
+def _status(pid: int, field: str) -> int:
+    """Return a number from /proc/<pid>/status (VmRSS in kB, Threads)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def _connect(server: Daphne) -> socket.socket:
+    parts = urlsplit(server.url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=10)
+    return sock
+
+
+def _head(method: str, path: str, headers: dict[str, str]) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def _response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """Read one response whose body has a Content-Length (or ends with the connection)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in header_lines)}
+    length = int(headers.get("content-length", "-1"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return int(status_line.split()[1]), headers, body
+
+
+# -- item 4: bodies are refused before they are read ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "code"),
+    [
+        ({}, 401, "unauthenticated"),  # anonymous: refused whatever the size
+        ({"Authorization": "Bearer af_0000_not-a-token"}, 413, "body_too_large"),
+    ],
+)
+def test_it_refuses_an_800_mb_post_before_its_body_is_sent(
+    daphne: Daphne, headers: dict[str, str], status: int, code: str
+) -> None:
+    with _connect(daphne) as sock:
+        sock.sendall(
+            _head("POST", "/api/runs", {"Content-Type": "application/json", "Content-Length": str(800 * MB), **headers})
+        )
+        answer, _, body = _response(sock)  # not one byte of the body was sent
+
+    assert (answer, json.loads(body)["error_code"]) == (status, code)
+
+
+def test_it_refuses_a_bad_token_before_reading_a_body_under_the_cap(daphne: Daphne) -> None:
+    with _connect(daphne) as sock:
+        sock.sendall(
+            _head("POST", "/api/runs", {"Content-Length": str(100 * 1024), "Authorization": "Bearer af_0000_nope"})
+        )
+        answer, _, body = _response(sock)
+
+    assert (answer, json.loads(body)["error_code"]) == (401, "unauthenticated")
+
+
+def test_it_cuts_a_chunked_body_at_the_cap_without_growing(daphne: Daphne, token: str) -> None:
+    assert daphne.process is not None
+    before = _status(daphne.process.pid, "VmRSS")
+    chunk = b"x" * MB
+    sent = 0
+    with _connect(daphne) as sock:
+        head = {"Authorization": f"Bearer {token}", "Transfer-Encoding": "chunked", "Content-Type": "application/json"}
+        sock.sendall(_head("POST", "/api/runs", head))
+        try:
+            while sent < 200 * MB:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += len(chunk)
+        except OSError:
+            pass  # the server hung up: what we want
+        answer = _read_status_if_any(sock)
+
+    assert sent < 200 * MB, "the server read a 200 MB chunked body to its end"
+    assert answer in (413, None)
+    assert _status(daphne.process.pid, "VmRSS") - before < 50 * 1024  # kB: well under what was sent
+
+
+def test_it_does_not_grow_by_the_size_of_a_refused_body(daphne: Daphne) -> None:
+    assert daphne.process is not None
+    before = _status(daphne.process.pid, "VmRSS")
+    chunk = b"x" * MB
+    with _connect(daphne) as sock:
+        sock.sendall(_head("POST", "/api/runs", {"Content-Length": str(300 * MB)}))
+        try:
+            for _ in range(300):
+                sock.sendall(chunk)
+        except OSError:
+            pass  # refused and closed
+        _read_status_if_any(sock)  # without the guard: once daphne has handed the body over
+    assert _status(daphne.process.pid, "VmRSS") - before < 50 * 1024
+
+
+def _read_status_if_any(sock: socket.socket) -> int | None:
+    try:
+        data = sock.recv(65536)
+    except OSError:
+        return None
+    return int(data.split()[1]) if data.startswith(b"HTTP/1.1") else None
+
+
+# -- item 5: streams cost no thread, and a user holds only so many -------------------------
+
+
+def _open_stream(server: Daphne, token: str, path: str = "/api/events") -> socket.socket:
+    """Open an SSE stream and wait for its `: live` line; return the socket."""
+    sock = _connect(server)
+    sock.sendall(_head("GET", path, {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}))
+    data = b""
+    while b": live" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"the stream closed: {data!r}"
+        assert data or chunk.startswith(b"HTTP/1.1 200"), chunk
+        data += chunk
+    return sock
+
+
+def test_it_serves_many_streams_without_a_thread_each_and_caps_them_per_user(daphne: Daphne, token: str) -> None:
+    assert daphne.process is not None
+    streams = [_open_stream(daphne, token)]
+    threads_with_one = _status(daphne.process.pid, "Threads")
+    streams += [_open_stream(daphne, token) for _ in range(STREAMS_PER_USER - 1)]
+    try:
+        assert _status(daphne.process.pid, "Threads") - threads_with_one <= 2
+        assert httpx.get(f"{daphne.url}/healthz", timeout=5).status_code == 200
+
+        over = httpx.get(
+            f"{daphne.url}/api/events",
+            headers={"Authorization": f"Bearer {token}", "Accept": "text/event-stream"},
+            timeout=5,
+        )
+        assert over.status_code == 429
+        assert over.json()["error_code"] == "too_many_streams"
+
+        streams.pop().close()  # a slot comes back when a client goes away
+        streams.append(wait_for(lambda: _try_stream(daphne, token), what="a freed slot"))
+    finally:
+        for sock in streams:
+            sock.close()
+
+
+def _try_stream(server: Daphne, token: str) -> socket.socket | None:
+    try:
+        return _open_stream(server, token)
+    except AssertionError:
+        return None
+
+
+# -- item 6: a stream ends when its viewer's access does -----------------------------------
+
+
+def _ends_with_access_ended(sock: socket.socket) -> bool:
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        if b"event: access_ended" in data:
+            return True
+    return False
+
+
+def _revoke(user: User, token: str) -> None:
+    services.token_revoke(prefix=token)
+
+
+def _deactivate(user: User, token: str) -> None:
+    user.is_active = False
+    user.save()  # what the admin's user form does
+
+
+def _remove_role(user: User, token: str) -> None:
+    user.groups.remove(Group.objects.get(name="reviewer"))
+
+
+@pytest.mark.parametrize("end_access", [_revoke, _deactivate, _remove_role])
+def test_it_ends_a_tokens_stream_when_access_ends(
+    daphne: Daphne, alice: User, token: str, end_access: Callable[[User, str], None]
+) -> None:
+    run = services.run_create(agent="support", input="hi", enqueue=False)
+    with _open_stream(daphne, token, f"/api/runs/{run.id}/events") as sock:
+        end_access(alice, token)
+        assert _ends_with_access_ended(sock)
+
+
+def test_it_ends_a_sessions_stream_at_logout(daphne: Daphne, alice: User) -> None:
+    client = Client()
+    client.force_login(alice)
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    with _connect(daphne) as sock:
+        sock.sendall(_head("GET", "/api/events", {"Cookie": cookie, "Accept": "text/event-stream"}))
+        data = b""
+        while b": live" not in data:
+            data += sock.recv(65536)
+        client.logout()
+        assert _ends_with_access_ended(sock)
