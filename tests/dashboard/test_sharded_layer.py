@@ -18,8 +18,9 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agents import embedded_redis, events, services
+from agents import events, services
 from agents.models import Run
+from dashboard import processes as embedded_redis
 from dashboard.asgi import application
 from tests.conftest import child_env
 from tests.support.processes import Daphne
