@@ -20,7 +20,9 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from agents import selectors, services
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent
@@ -37,6 +39,15 @@ def _page(items: QuerySet[Any], request: HttpRequest, size: int) -> Page:
     return Paginator(items, size).get_page(request.GET.get("page"))
 
 
+def _live_page(view: Any) -> Any:
+    """Mark a page whose live list re-fetches itself (htmx) from the page's own URL.
+
+    The fragment and the page share a URL: without `Vary` the browser's cache may hand the
+    fragment to Back, and without `no-store` either may be replayed from the cache.
+    """
+    return vary_on_headers("HX-Request")(cache_control(no_store=True)(view))
+
+
 def _query_without_page(request: HttpRequest) -> str:
     """Return the current filters as a query string, for pagination links."""
     return urlencode([(key, value) for key, value in request.GET.items() if key != "page" and value])
@@ -47,6 +58,7 @@ def _query_without_page(request: HttpRequest) -> str:
 
 @require_GET
 @reviewer_required
+@_live_page
 def inbox(request: HttpRequest) -> HttpResponse:
     filters = InboxFilter(request.GET)
     page = _page(filters.pending_approvals(), request, INBOX_PAGE_SIZE)
@@ -184,6 +196,7 @@ def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval]:
 
 @require_GET
 @reviewer_required
+@_live_page
 def run_list(request: HttpRequest) -> HttpResponse:
     filters = RunFilter(request.GET)
     status = filters.cleaned_data["status"] if filters.is_valid() else ""
@@ -202,6 +215,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @reviewer_required
+@_live_page
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     try:
         run = selectors.run_get(run_id)

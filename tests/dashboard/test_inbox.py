@@ -81,6 +81,14 @@ def test_it_answers_htmx_with_the_list_partial_and_its_count(client_for, alice, 
     assert 'id="pending-count" class="count" data-count="1" hx-swap-oob="true"' in html
 
 
+def test_it_keeps_the_list_fragment_out_of_the_cache_of_the_inbox_url(client_for, alice, approval):
+    client = client_for(alice)
+
+    for response in (client.get("/", headers={"HX-Request": "true"}), client.get("/")):
+        assert "HX-Request" in response["Vary"]
+        assert "no-store" in response["Cache-Control"]
+
+
 def test_it_approves_from_a_card_and_answers_with_the_decided_card(client_for, alice, approval):
     response = client_for(alice).post(
         f"/approvals/{approval.id}/decide",
