@@ -57,8 +57,45 @@
   }
 
   document.addEventListener("htmx:beforeRequest", function (event) {
-    var card = event.detail.elt.closest(".card");
-    if (card && event.detail.requestConfig.verb === "post") card.classList.add("deciding");
+    if (event.detail.requestConfig.verb !== "post") return;
+    var box = decisionBox(event.detail.elt);
+    if (!box) return;
+    var earlier = box.querySelector(".decide-error");
+    if (earlier) earlier.remove();
+    if (box.matches(".card")) box.classList.add("deciding");
+  });
+
+  // A decision lives on an inbox card or in the approval page's decision panel.
+  function decisionBox(elt) {
+    return elt && elt.closest ? elt.closest(".card, #decision") : null;
+  }
+
+  // A decision that did not arrive leaves its card in place, with what was typed, to try again.
+  function decisionFailed(event, reason) {
+    var config = event.detail.requestConfig;
+    var box = decisionBox(event.detail.elt);
+    if (!box || (config && config.verb !== "post")) return;
+    box.classList.remove("deciding");
+    var message = box.querySelector(".decide-error");
+    if (!message) {
+      message = document.createElement("p");
+      message.className = "error decide-error";
+      message.setAttribute("role", "alert");
+      var actions = box.querySelector(".actions");
+      actions ? actions.parentNode.insertBefore(message, actions) : box.appendChild(message);
+    }
+    message.textContent = "Your decision was not recorded: " + reason + ". Nothing changed; try again.";
+  }
+
+  document.addEventListener("htmx:responseError", function (event) {
+    var xhr = event.detail.xhr;
+    decisionFailed(event, "the server answered " + xhr.status + (xhr.statusText ? " " + xhr.statusText : ""));
+  });
+  document.addEventListener("htmx:sendError", function (event) {
+    decisionFailed(event, "could not reach the server");
+  });
+  document.addEventListener("htmx:timeout", function (event) {
+    decisionFailed(event, "the server did not answer in time");
   });
 
   function setLive(root, state, text) {
