@@ -98,6 +98,58 @@
     decisionFailed(event, "the server did not answer in time");
   });
 
+  // The decision buttons say what they send: an answer, edited arguments, a note, feedback.
+  function canonical(value) {
+    if (Array.isArray(value)) return "[" + value.map(canonical).join(",") + "]";
+    if (value && typeof value === "object") {
+      return "{" + Object.keys(value).sort().map(function (key) {
+        return JSON.stringify(key) + ":" + canonical(value[key]);
+      }).join(",") + "}";
+    }
+    return JSON.stringify(value);
+  }
+
+  function edited(editor) {
+    var text = editor.value.trim();
+    if (!text || editor.dataset.proposed === undefined) return false;  // blank: the proposal as it is
+    try {
+      return canonical(JSON.parse(text)) !== canonical(JSON.parse(editor.dataset.proposed));
+    } catch (error) {
+      return true;  // not JSON: an edit the server explains
+    }
+  }
+
+  function typed(form, name) {
+    var input = form.elements[name];
+    return Boolean(input && input.value && input.value.trim());
+  }
+
+  function relabel(form) {
+    var reject = form.querySelector("[data-label-reject]");
+    if (reject) {
+      reject.textContent = typed(form, "feedback") ? "Reject and ask to revise" : typed(form, "note") ? "Reject with note" : "Reject";
+    }
+    var approve = form.querySelector("[data-label-approve]");
+    if (!approve) return;
+    var changed = form.elements.arguments ? edited(form.elements.arguments) : false;
+    var asks = Boolean(form.elements.answer);
+    approve.textContent = "Approve" + (changed ? " with edits" : "") + (asks ? (changed ? " and answer" : " with answer") : "");
+    // Feedback only travels with a rejection: approving would drop the reviewer's words.
+    var feedback = typed(form, "feedback");
+    approve.disabled = feedback;
+    var hint = document.getElementById(approve.getAttribute("aria-describedby") || "");
+    if (hint) hint.hidden = !feedback;
+  }
+
+  document.addEventListener("input", function (event) {
+    if (event.target.form) relabel(event.target.form);
+  });
+  htmx.onLoad(function (root) {
+    root.querySelectorAll("form").forEach(function (form) {
+      if (form.querySelector("[data-label-approve], [data-label-reject]")) relabel(form);
+    });
+  });
+
   function setLive(root, state, text) {
     var live = root.querySelector(".live");
     if (!live) return;
