@@ -29,7 +29,11 @@ def test_it_approves_a_question_only_with_the_typed_answer(viewer, alice):
 
     page.click(f"{card} [data-action=approve]")  # no answer yet: the browser keeps the form
     assert page.eval_on_selector(f"{card} input[name=answer]", "input => input.matches(':invalid')")
-    page.fill(f"{card} input[name=answer]", "   ")
+    page.evaluate("document.activeElement.blur()")  # the browser focused the empty answer box
+    page.keyboard.press("j")
+    page.keyboard.press("a")  # the approve key asks for the answer first
+    assert page.evaluate("document.activeElement.name") == "answer"
+    page.keyboard.type("   ")
     page.keyboard.press("Enter")
     assert page.eval_on_selector(f"{card} input[name=answer]", "input => input.matches(':invalid')")
     page.fill(f"{card} input[name=answer]", "Yes, ship it overnight")
