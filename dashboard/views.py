@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -39,7 +39,7 @@ def _page(items: QuerySet[Any], request: HttpRequest, size: int) -> Page:
     return Paginator(items, size).get_page(request.GET.get("page"))
 
 
-def _live_page(view: Any) -> Any:
+def _live_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Mark a page whose live list re-fetches itself (htmx) from the page's own URL.
 
     The fragment and the page share a URL: without `Vary` the browser's cache may hand the
