@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import unicodedata
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -21,7 +21,9 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from agents import selectors, services, text
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent
@@ -39,6 +41,15 @@ def _page(items: QuerySet[Any], request: HttpRequest, size: int) -> Page:
     return Paginator(items, size).get_page(request.GET.get("page"))
 
 
+def _live_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Mark a page whose live list re-fetches itself (htmx) from the page's own URL.
+
+    The fragment and the page share a URL: without `Vary` the browser's cache may hand the
+    fragment to Back, and without `no-store` either may be replayed from the cache.
+    """
+    return vary_on_headers("HX-Request")(cache_control(no_store=True)(view))
+
+
 def _query_without_page(request: HttpRequest) -> str:
     """Return the current filters as a query string, for pagination links."""
     return urlencode([(key, value) for key, value in request.GET.items() if key != "page" and value])
@@ -49,6 +60,7 @@ def _query_without_page(request: HttpRequest) -> str:
 
 @require_GET
 @reviewer_required
+@_live_page
 def inbox(request: HttpRequest) -> HttpResponse:
     filters = InboxFilter(request.GET)
     page = _page(filters.pending_approvals(), request, INBOX_PAGE_SIZE)
@@ -193,6 +205,7 @@ def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval]:
 
 @require_GET
 @reviewer_required
+@_live_page
 def run_list(request: HttpRequest) -> HttpResponse:
     filters = RunFilter(request.GET)
     status = filters.cleaned_data["status"] if filters.is_valid() else ""
@@ -211,6 +224,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @reviewer_required
+@_live_page
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     try:
         run = selectors.run_get(run_id)

@@ -57,8 +57,97 @@
   }
 
   document.addEventListener("htmx:beforeRequest", function (event) {
-    var card = event.detail.elt.closest(".card");
-    if (card && event.detail.requestConfig.verb === "post") card.classList.add("deciding");
+    if (event.detail.requestConfig.verb !== "post") return;
+    var box = decisionBox(event.detail.elt);
+    if (!box) return;
+    var earlier = box.querySelector(".decide-error");
+    if (earlier) earlier.remove();
+    if (box.matches(".card")) box.classList.add("deciding");
+  });
+
+  // A decision lives on an inbox card or in the approval page's decision panel.
+  function decisionBox(elt) {
+    return elt && elt.closest ? elt.closest(".card, #decision") : null;
+  }
+
+  // A decision that did not arrive leaves its card in place, with what was typed, to try again.
+  function decisionFailed(event, reason) {
+    var config = event.detail.requestConfig;
+    var box = decisionBox(event.detail.elt);
+    if (!box || (config && config.verb !== "post")) return;
+    box.classList.remove("deciding");
+    var message = box.querySelector(".decide-error");
+    if (!message) {
+      message = document.createElement("p");
+      message.className = "error decide-error";
+      message.setAttribute("role", "alert");
+      var actions = box.querySelector(".actions");
+      actions ? actions.parentNode.insertBefore(message, actions) : box.appendChild(message);
+    }
+    message.textContent = "Your decision was not recorded: " + reason + ". Nothing changed; try again.";
+  }
+
+  document.addEventListener("htmx:responseError", function (event) {
+    var xhr = event.detail.xhr;
+    decisionFailed(event, "the server answered " + xhr.status + (xhr.statusText ? " " + xhr.statusText : ""));
+  });
+  document.addEventListener("htmx:sendError", function (event) {
+    decisionFailed(event, "could not reach the server");
+  });
+  document.addEventListener("htmx:timeout", function (event) {
+    decisionFailed(event, "the server did not answer in time");
+  });
+
+  // The decision buttons say what they send: an answer, edited arguments, a note, feedback.
+  function canonical(value) {
+    if (Array.isArray(value)) return "[" + value.map(canonical).join(",") + "]";
+    if (value && typeof value === "object") {
+      return "{" + Object.keys(value).sort().map(function (key) {
+        return JSON.stringify(key) + ":" + canonical(value[key]);
+      }).join(",") + "}";
+    }
+    return JSON.stringify(value);
+  }
+
+  function edited(editor) {
+    var text = editor.value.trim();
+    if (!text || editor.dataset.proposed === undefined) return false;  // blank: the proposal as it is
+    try {
+      return canonical(JSON.parse(text)) !== canonical(JSON.parse(editor.dataset.proposed));
+    } catch (error) {
+      return true;  // not JSON: an edit the server explains
+    }
+  }
+
+  function typed(form, name) {
+    var input = form.elements[name];
+    return Boolean(input && input.value && input.value.trim());
+  }
+
+  function relabel(form) {
+    var reject = form.querySelector("[data-label-reject]");
+    if (reject) {
+      reject.textContent = typed(form, "feedback") ? "Reject and ask to revise" : typed(form, "note") ? "Reject with note" : "Reject";
+    }
+    var approve = form.querySelector("[data-label-approve]");
+    if (!approve) return;
+    var changed = form.elements.arguments ? edited(form.elements.arguments) : false;
+    var asks = Boolean(form.elements.answer);
+    approve.textContent = "Approve" + (changed ? " with edits" : "") + (asks ? (changed ? " and answer" : " with answer") : "");
+    // Feedback only travels with a rejection: approving would drop the reviewer's words.
+    var feedback = typed(form, "feedback");
+    approve.disabled = feedback;
+    var hint = document.getElementById(approve.getAttribute("aria-describedby") || "");
+    if (hint) hint.hidden = !feedback;
+  }
+
+  document.addEventListener("input", function (event) {
+    if (event.target.form) relabel(event.target.form);
+  });
+  htmx.onLoad(function (root) {
+    root.querySelectorAll("form").forEach(function (form) {
+      if (form.querySelector("[data-label-approve], [data-label-reject]")) relabel(form);
+    });
   });
 
   function setLive(root, state, text) {

@@ -33,7 +33,10 @@
   function act(card, action) {
     var control = card && card.querySelector('[data-action="' + action + '"]');
     if (!control) return;
-    if (action === "reject") {
+    var answer = card.querySelector("input[name=answer]");
+    if (action === "approve" && answer && !answer.value.trim()) {
+      answer.focus();  // a question is approved with an answer, never without one
+    } else if (action === "reject") {
       control.parentElement.open = true;
       control.parentElement.querySelector("textarea").focus();
     } else {

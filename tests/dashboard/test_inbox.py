@@ -16,6 +16,11 @@ def card_ids(html: str) -> list[str]:
     return re.findall(r'<article id="card-([^"]+)"', html)
 
 
+def card_html(html: str, approval_id: str) -> str:
+    start = html.index(f'<article id="card-{approval_id}"')
+    return html[start : html.index("</article>", start)]
+
+
 def test_it_lists_pending_approvals_newest_first_with_the_count_in_the_title(client_for, alice):
     first, second = pending(start(REFUND))[0], pending(start(EMAIL))[0]
     decided = pending(start(REFUND))[0]
@@ -81,6 +86,14 @@ def test_it_answers_htmx_with_the_list_partial_and_its_count(client_for, alice, 
     assert 'id="pending-count" class="count" data-count="1" hx-swap-oob="true"' in html
 
 
+def test_it_keeps_the_list_fragment_out_of_the_cache_of_the_inbox_url(client_for, alice, approval):
+    client = client_for(alice)
+
+    for response in (client.get("/", headers={"HX-Request": "true"}), client.get("/")):
+        assert "HX-Request" in response["Vary"]
+        assert "no-store" in response["Cache-Control"]
+
+
 def test_it_approves_from_a_card_and_answers_with_the_decided_card(client_for, alice, approval):
     response = client_for(alice).post(
         f"/approvals/{approval.id}/decide",
@@ -106,3 +119,16 @@ def test_it_rejects_from_a_card_with_a_note(client_for, alice, approval):
     assert "<strong>Rejected</strong> by alice" in response.content.decode()
     approval.refresh_from_db()
     assert (approval.status, approval.note) == ("rejected", "customer already refunded")
+
+
+def test_it_asks_for_an_answer_on_a_questions_card(client_for, alice):
+    [question] = pending(start("Ask a human whether to expedite order A1003"))
+    [refund] = pending(start(REFUND))
+
+    html = client_for(alice).get("/").content.decode()
+
+    question_card, refund_card = card_html(html, question.id), card_html(html, refund.id)
+    assert re.search(r'<input type="text" name="answer" required', question_card)
+    assert f'form="answer-{question.id}" class="primary" data-action="approve">Approve with answer<' in question_card
+    assert 'hx-vals=\'{"decision": "approved"}\'' not in question_card  # no approval without the answer
+    assert 'name="answer"' not in refund_card and ">Approve</button>" in refund_card

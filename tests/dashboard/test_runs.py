@@ -63,5 +63,14 @@ def test_it_answers_htmx_with_the_timeline_partial(client_for, alice, paused):
     assert 'id="run-status" class="badge status-suspended" hx-swap-oob="true"' in html
 
 
+def test_it_keeps_the_timeline_fragment_out_of_the_cache_of_the_run_url(client_for, alice, paused):
+    client = client_for(alice)
+
+    for path in (f"/runs/{paused.id}", "/runs"):
+        for response in (client.get(path, headers={"HX-Request": "true"}), client.get(path)):
+            assert "HX-Request" in response["Vary"]
+            assert "no-store" in response["Cache-Control"]
+
+
 def test_it_answers_404_for_an_unknown_run(client_for, alice):
     assert client_for(alice).get("/runs/run_nope").status_code == 404

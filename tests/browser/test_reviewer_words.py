@@ -1,0 +1,75 @@
+"""A reviewer's words are never dropped nor invented (issue 7, item 17, the pages' side): a
+question is approved with an answer typed in its card, and the decision buttons say what
+they send, refusing to approve while feedback for a new draft is typed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.models import Approval, AuditEntry
+from tests.browser.conftest import screenshot
+from tests.support.flows import pending, start
+
+pytestmark = pytest.mark.browser
+
+QUESTION = "Ask a human whether to expedite order A1003"
+REFUND = "Refund order A1001 for 25.00 USD"
+
+
+def test_it_approves_a_question_only_with_the_typed_answer(viewer, alice):
+    [question] = pending(start(QUESTION, auto_resume=False))
+    alices = viewer("alice")
+    page = alices.page
+    card = f"#card-{question.id}"
+    page.wait_for_selector(".live[data-state=open]")
+    assert page.inner_text(f"{card} [data-action=approve]") == "Approve with answer"
+    screenshot(page, "question-card")
+
+    page.click(f"{card} [data-action=approve]")  # no answer yet: the browser keeps the form
+    assert page.eval_on_selector(f"{card} input[name=answer]", "input => input.matches(':invalid')")
+    page.evaluate("document.activeElement.blur()")  # the browser focused the empty answer box
+    page.keyboard.press("j")
+    page.keyboard.press("a")  # the approve key asks for the answer first
+    assert page.evaluate("document.activeElement.name") == "answer"
+    page.keyboard.type("   ")
+    page.keyboard.press("Enter")
+    assert page.eval_on_selector(f"{card} input[name=answer]", "input => input.matches(':invalid')")
+    page.fill(f"{card} input[name=answer]", "Yes, ship it overnight")
+    page.click(f"{card} [data-action=approve]")
+    page.wait_for_selector(f"{card}.decided")
+
+    question.refresh_from_db()
+    assert (question.status, question.payload) == (Approval.Status.APPROVED, {"answer": "Yes, ship it overnight"})
+    # Nothing was sent before the answer was there: one attempt, the decision.
+    assert list(AuditEntry.objects.filter(approval_id=question.id).values_list("outcome", flat=True)) == ["decided"]
+    assert alices.errors == []
+
+
+def test_it_names_what_each_decision_sends_and_keeps_feedback_from_an_approval(viewer, alice):
+    [approval] = pending(start(REFUND, auto_resume=False))
+    alices = viewer("alice", path=f"/approvals/{approval.id}")
+    page = alices.page
+    approve, reject = "#decision button[value=approved]", "#decision button[value=rejected]"
+    assert (page.inner_text(approve), page.inner_text(reject)) == ("Approve", "Reject")
+
+    edited = json.dumps({"amount_cents": 2500, "order_id": "A1001"})  # same values, other order
+    page.fill("#id_arguments", edited)
+    assert page.inner_text(approve) == "Approve"
+    page.fill("#id_arguments", json.dumps({"order_id": "A1001", "amount_cents": 1500}))
+    assert page.inner_text(approve) == "Approve with edits"
+    page.fill("#id_note", "Half now")
+    assert page.inner_text(reject) == "Reject with note"
+
+    page.fill("#id_feedback", "Offer 15.00 instead")
+    assert page.inner_text(reject) == "Reject and ask to revise"
+    assert page.is_disabled(approve)
+    assert page.is_visible("#approve-hint")
+    screenshot(page, "approval-feedback")
+    page.click(reject)
+    page.wait_for_selector("#decision .decided-line")
+
+    approval.refresh_from_db()
+    assert (approval.status, approval.note, approval.feedback) == ("rejected", "Half now", "Offer 15.00 instead")
+    assert alices.errors == []
