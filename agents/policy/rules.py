@@ -142,7 +142,9 @@ def evaluate(
         return base  # the common unlisted tool: nothing to evaluate
     variables = facts.variables()
     results = {rule.name: _holds(rule, variables) for rule in tool.rules}
-    failures = [f"rule {name!r} could not be evaluated ({problem})" for name, (_, problem) in results.items() if problem]
+    failures = [
+        f"rule {name!r} could not be evaluated ({problem})" for name, (_, problem) in results.items() if problem
+    ]
 
     def matches(rule: Rule) -> bool:
         held, problem = results[rule.name]
@@ -180,3 +182,43 @@ def _holds(rule: Rule, variables: dict[str, Any]) -> tuple[bool, str]:
     if not isinstance(result, bool):
         return False, f"its condition gave {type(result).__name__}, not true or false"
     return result, ""
+
+
+class CheckError(Exception):
+    """A policy check cannot be answered (unknown agent or tool, arguments the tool refuses)."""
+
+
+def check(tool_name: str, arguments: dict[str, Any], *, agent_name: str, by: str = "") -> Verdict:
+    """Return what would happen if the agent proposed this call now, without running or recording anything."""
+    from agents.policy.config import ConfigError, get_policy
+    from agents.tools import InvalidArguments, ToolError, registry
+
+    policy = get_policy()
+    try:
+        agent = policy.agent(agent_name)
+    except ConfigError as exc:
+        raise CheckError(str(exc)) from None
+    if tool_name not in agent.tools:
+        raise CheckError(
+            f"agent {agent_name!r} has no tool {tool_name!r} (its tools: {', '.join(agent.tools) or 'none'})"
+        )
+    tool = registry.tools[tool_name]
+    try:
+        tool.check_arguments(tool.validate(arguments))
+    except InvalidArguments as exc:
+        raise CheckError(f"the tool would refuse these arguments: {exc.message}") from None
+    except ToolError as exc:
+        raise CheckError(f"the tool would refuse these arguments: {exc.message}") from None
+    run = {"id": "", "agent": agent_name, "created_by": by, "input": ""}
+    return evaluate(policy, CallFacts(tool=tool_name, args=arguments, agent=agent_name, run=run), agent=agent)
+
+
+def describe(verdict: Verdict) -> str:
+    """Return the outcome in plain words."""
+    if verdict.action == "deny":
+        return f"denied by {verdict.decided_by}: {verdict.reason}"
+    if verdict.action == "allow":
+        return f"runs at once, allowed by {verdict.decided_by}" if verdict.automatic else "runs at once (low risk)"
+    who = ", ".join(verdict.approvers) if verdict.approvers else "any reviewer"
+    source = f"rule {verdict.rule!r}" if verdict.rule else "the tool's own settings"
+    return f"asks ({verdict.mode}) by {source}: {verdict.quorum} approval(s) from {who}"
