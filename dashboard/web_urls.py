@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard import views
+from dashboard import policy_views, views
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
@@ -14,5 +14,7 @@ urlpatterns = [
     path("runs/<str:run_id>", views.run_detail, name="run"),
     path("audit", views.audit, name="audit"),
     path("audit.csv", views.audit_csv, name="audit-csv"),
+    path("policy", policy_views.policy_list, name="policy"),
+    path("policy/<str:tool>", policy_views.policy_tool, name="policy-tool"),
     path("healthz", views.healthz, name="healthz"),
 ]

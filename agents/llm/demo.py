@@ -15,7 +15,7 @@ from typing import Any
 from agents.llm.base import AssistantTurn, DeltaSink, ProposedCall
 
 _ORDER = r"[A-Za-z]\d{3,}"
-_AMOUNT = r"\$?\s*(\d+(?:\.\d{1,2})?)"
+_AMOUNT = r"\$?\s*((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d{1,2})?)"  # 5.00, 1500.00 or 1,500.00
 _REFUND = re.compile(rf"\brefund\s+orders?\s+((?:{_ORDER})(?:\s*(?:,|and)\s*{_ORDER})*)\s+for\s+{_AMOUNT}", re.I)
 _EMAIL = re.compile(r"\bemail\s+([^\s@]+@[^\s@]+\.[^\s,]+)\s+that\s+(.+)", re.I | re.S)
 _ASK = re.compile(r"\bask\s+(?:a\s+)?(?:human|person|someone)\s+(.+)", re.I | re.S)
@@ -154,6 +154,8 @@ def _describe(call: dict[str, Any], output: dict[str, Any]) -> str:
         return f"The {name.replace('_', ' ')}{target} is queued for approval; it will run once a reviewer approves it."
     if code == "APPROVAL_REJECTED":
         return f"I'm sorry, I could not complete {_what(name, arguments)}: {output.get('message', '')}"
+    if code == "POLICY_DENIED":
+        return f"I may not make {_what(name, arguments)}: {output.get('message', '')}"
     if code == "IN_DOUBT":
         return f"I cannot tell whether {_what(name, arguments)} went through; a person should check before retrying."
     if not output.get("ok"):
@@ -179,7 +181,7 @@ def _what(name: str, arguments: dict[str, Any]) -> str:
 
 def _cents(amount: str) -> int:
     try:
-        return int((Decimal(amount) * 100).to_integral_value())
+        return int((Decimal(amount.replace(",", "")) * 100).to_integral_value())
     except InvalidOperation:
         return 0
 

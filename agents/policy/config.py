@@ -24,6 +24,7 @@ Unknown keys are refused, and every error reads "<file>: <dotted.key>: <problem>
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -72,6 +73,43 @@ class _Entry(BaseModel):
         return {key: item for key, item in value.items() if item is not None}
 
 
+Action = Literal["allow", "deny", "ask"]
+Approvers = tuple[Annotated[str, Field(strict=True, min_length=1, max_length=150)], ...]
+Quorum = Annotated[int, Field(strict=True, ge=1, le=100)]
+
+
+class Rule(_Entry):
+    """One rule of a tool: when its CEL condition holds, allow, deny (with a reason) or ask."""
+
+    name: Annotated[str, Field(strict=True, min_length=1, max_length=100)]
+    when: StrictStr = "true"
+    action: Action
+    reason: StrictStr = ""
+    approvers: Approvers | None = None
+    quorum: Quorum | None = None
+
+    @field_validator("when")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        problem = cel_problem(value)
+        if problem:
+            raise _problem(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _keys_fit_action(self) -> Rule:
+        if self.action != "ask" and (self.approvers is not None or self.quorum is not None):
+            raise _problem(f"approvers and quorum belong to ask rules, not to a {self.action} rule")
+        if self.reason and self.action != "deny":
+            raise _problem("reason belongs to deny rules (it is what the model is told)")
+        return self
+
+    @property
+    def program(self) -> Any:
+        """Return the compiled condition (compiled once per expression, at load)."""
+        return compile_cel(self.when)
+
+
 class ToolPolicy(_Entry):
     """What the calls of one tool need; the defaults are those of a tool listed under tool_overrides."""
 
@@ -80,8 +118,10 @@ class ToolPolicy(_Entry):
     timeout_seconds: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS, strict=True, allow_inf_nan=False)] | None = (
         None
     )
+    grants: Annotated[bool, Field(strict=True)] = True
+    rules: tuple[Rule, ...] = ()
     # The next keys (approvers, quorum, four_eyes, timeout, on_timeout, escalate_to,
-    # remind_every, grants, rules) are a field each here, and a line each in `floor` below.
+    # remind_every) are a field each here, and a line each in `floor` below.
 
     @field_validator("risk", mode="before")
     @classmethod
@@ -89,6 +129,16 @@ class ToolPolicy(_Entry):
         if value == "medium":
             raise _problem("'medium' is not a risk level: write high (a person decides) or low (it just runs)")
         return value
+
+    @field_validator("rules")
+    @classmethod
+    def _unique_names(cls, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
+        seen: set[str] = set()
+        for rule in rules:
+            if rule.name in seen:
+                raise _problem(f"two rules are named {rule.name!r}: each rule of a tool needs its own name")
+            seen.add(rule.name)
+        return rules
 
     @property
     def gated(self) -> bool:
@@ -137,14 +187,20 @@ def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
 
     Gated if either gates it; suspend if either gated one suspends (a suspended run cannot
     act on the call before the decision, a deferred one can); the file's deadline first.
+    The rules are the file's alone (an agent's own entry may not carry any), and either
+    may turn remembered decisions off.
     """
     gated = [policy for policy in (file, own) if policy.gated]
+    grants = file.grants and own.grants
     if not gated:
-        return file
-    return ToolPolicy(
-        risk="high",
-        hitl_mode="suspend" if any(policy.hitl_mode == "suspend" for policy in gated) else "defer",
-        timeout_seconds=next((policy.timeout_seconds for policy in gated if policy.timeout_seconds), None),
+        return file if grants == file.grants else file.model_copy(update={"grants": grants})
+    return file.model_copy(
+        update={
+            "risk": "high",
+            "hitl_mode": "suspend" if any(policy.hitl_mode == "suspend" for policy in gated) else "defer",
+            "timeout_seconds": next((policy.timeout_seconds for policy in gated if policy.timeout_seconds), None),
+            "grants": grants,
+        }
     )
 
 
@@ -153,6 +209,7 @@ class Policy:
     path: Path
     agents: dict[str, AgentSpec] = field(default_factory=dict)
     tool_overrides: dict[str, ToolPolicy] = field(default_factory=dict)
+    version: str = ""  # a short sha256 of the file's bytes: what an approval records as the policy that asked
 
     def tool_policy(self, tool_name: str, agent: AgentSpec | None = None) -> ToolPolicy:
         """Return what a tool's calls need for an agent: the file's policy, raised (never lowered) by the agent's."""
@@ -190,6 +247,7 @@ def agent_from_config(name: str, spec: Any) -> AgentSpec:
     where = Path(f"<the agent of this run, {name}>")
     agent = _agent(name, _validate(AgentConfig, spec, where), where)
     _check_tools_exist({name: agent}, {}, where, prefix="")
+    _check_no_agent_rules({name: agent}, where, prefix="")
     return agent
 
 
@@ -201,7 +259,8 @@ def agent_for(name: str, config: dict[str, Any] | None) -> AgentSpec:
 def load(path: Path) -> Policy:
     """Read, parse and validate a config file."""
     try:
-        content = path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
+        content = data.decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
@@ -210,15 +269,21 @@ def load(path: Path) -> Policy:
         raw = yaml.safe_load(content)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
-    return parse(raw, path)
+    return parse(raw, path, version=policy_version(data))
 
 
-def parse(raw: Any, path: Path) -> Policy:
+def policy_version(data: bytes) -> str:
+    """Return the version of a policy file: the first 12 hex digits of its bytes' sha256."""
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def parse(raw: Any, path: Path, *, version: str = "") -> Policy:
     """Validate already-parsed YAML; every error names the file and the key."""
     config = _validate(ConfigFile, {} if raw is None else raw, path)
     agents = {name: _agent(name, entry, path) for name, entry in config.agents.items()}
     _check_tools_exist(agents, config.tool_overrides, path, prefix="agents.")
-    return Policy(path=path, agents=agents, tool_overrides=config.tool_overrides)
+    _check_no_agent_rules(agents, path, prefix="agents.")
+    return Policy(path=path, agents=agents, tool_overrides=config.tool_overrides, version=version)
 
 
 def _agent(name: str, entry: AgentConfig, path: Path) -> AgentSpec:
@@ -303,3 +368,54 @@ def _check_tools_exist(
             expect_registered(tool_name, f"{where}tool_overrides.{tool_name}")
     for tool_name in overrides:
         expect_registered(tool_name, f"tool_overrides.{tool_name}")
+
+
+def _check_no_agent_rules(agents: dict[str, AgentSpec], path: Path, *, prefix: str) -> None:
+    # Rules can allow, so an agent carrying its own could weaken the file's floor: only the file's tools have rules.
+    for agent in agents.values():
+        where = f"{prefix}{agent.name}." if prefix else ""
+        for tool_name, own in agent.tool_overrides.items():
+            if own.rules:
+                raise ConfigError(
+                    f"{path}: {where}tool_overrides.{tool_name}.rules: an agent's own tool_overrides may not carry "
+                    f"rules (they could allow what the file gates); write them under the top-level tool_overrides"
+                )
+
+
+# -- CEL --------------------------------------------------------------------------
+# `common-expression-language` (Rust bindings) rather than `cel-python`: measured on the
+# demo rule, about 35 µs per evaluation against about 390 µs, and it reports the position
+# of a syntax error; both are maintained. Compiled programs are cached per expression.
+
+CEL_VARIABLES = frozenset({"args", "tool", "agent", "run", "now"})
+_programs: dict[str, Any] = {}
+_CEL_POSITION = re.compile(r"<input>:(\d+):(\d+): (.*)")
+
+
+def compile_cel(expression: str) -> Any:
+    """Return the compiled program of a CEL expression (cached); raise ValueError if it is wrong."""
+    program = _programs.get(expression)
+    if program is None:
+        import cel
+
+        program = cel.compile(expression)
+        _programs[expression] = program
+    return program
+
+
+def cel_problem(expression: str) -> str:
+    """Return what is wrong with a CEL condition, with its position, or "" if it compiles."""
+    try:
+        program = compile_cel(expression)
+    except (ValueError, RuntimeError, TypeError) as exc:
+        message = str(exc)
+        found = _CEL_POSITION.search(message)
+        if found:
+            line, column, problem = found.groups()
+            return f"{problem.strip()} (position {line}:{column})"
+        return " ".join(message.split())
+    unknown = sorted(set(program.variables()) - CEL_VARIABLES)
+    if unknown:
+        known = ", ".join(sorted(CEL_VARIABLES))
+        return f"unknown variable {unknown[0]!r} (known: {known}) (position 1:{expression.find(unknown[0]) + 1})"
+    return ""

@@ -28,6 +28,7 @@ from agents import events, ids, services
 from agents.llm import AssistantTurn, DeltaSink, ModelError, ProposedCall, get_model
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.policy import ConfigError, agent_for, get_policy
+from agents.policy.rules import CallFacts, Verdict, evaluate
 from agents.runtime import execution, outputs
 from agents.runtime.history import model_messages
 from agents.services import LeaseLost, PlannedCall
@@ -275,22 +276,46 @@ class _Driver:
             return refused(tool.name, arguments, "INVALID_ARGUMENTS", exc.message)
         except ToolError as exc:
             return refused(tool.name, arguments, exc.code, exc.message)
-        policy = get_policy().tool_policy(tool.name, agent=self.agent)
-        if not policy.gated:
-            return PlannedCall(call_id=call_id, name=tool.name, arguments=arguments, status=ToolCall.Status.PROPOSED)
-        expires_at = timezone.now() + timedelta(seconds=policy.timeout_seconds) if policy.timeout_seconds else None
+        verdict = self._verdict(tool.name, arguments)
+        if verdict.action == "deny":
+            # Nobody is asked: the model reads the reason, the row and the audit say which rule refused.
+            return PlannedCall(
+                call_id=call_id,
+                name=tool.name,
+                arguments=arguments,
+                status=ToolCall.Status.REJECTED,
+                output=outputs.error("POLICY_DENIED", verdict.reason),
+                verdict=verdict,
+            )
+        if verdict.action == "allow":
+            # Runs at once; a rule's (or a grant's) allowance is recorded as a decision, an unlisted tool's is not.
+            return PlannedCall(
+                call_id=call_id,
+                name=tool.name,
+                arguments=arguments,
+                status=ToolCall.Status.PROPOSED,
+                verdict=verdict if verdict.automatic else None,
+            )
+        expires_at = timezone.now() + timedelta(seconds=verdict.timeout_seconds) if verdict.timeout_seconds else None
         output = None
-        if policy.hitl_mode == Approval.Mode.DEFER:
+        if verdict.mode == Approval.Mode.DEFER:
             output = outputs.pending(tool.name, ids.approval_id(self.run.id, call_id))
         return PlannedCall(
             call_id=call_id,
             name=tool.name,
             arguments=arguments,
             status=ToolCall.Status.AWAITING_APPROVAL,
-            hitl_mode=policy.hitl_mode,
+            hitl_mode=verdict.mode,
             output=output,
             expires_at=expires_at,
+            verdict=verdict,
         )
+
+    def _verdict(self, tool_name: str, arguments: dict[str, Any]) -> Verdict:
+        """Return what agentfast.yaml says about this call of this run."""
+        run = {"id": self.run.id, "agent": self.run.agent, "created_by": self.run.created_by, "input": self.run.input}
+        facts = CallFacts(tool=tool_name, args=arguments, agent=self.agent.name, run=run, now=timezone.now())
+        return evaluate(get_policy(), facts, agent=self.agent)
 
     # -- settling the open step ------------------------------------------------------
 

@@ -16,7 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents import events, ids, sql, text
-from agents.models import Approval, Message, Run, RunEvent, ToolCall
+from agents.models import Approval, AuditEntry, Message, Run, RunEvent, ToolCall
+from agents.policy.rules import Verdict
 from agents.services.runs import run_write
 
 
@@ -33,6 +34,8 @@ class PlannedCall:
     output: dict[str, Any] | None = None
     request: dict[str, Any] | None = None  # what a tool asks a person, if it asks itself
     expires_at: datetime | None = None
+    # What the policy said: recorded on the approval (asked), or as its decision (allowed or denied by a rule).
+    verdict: Verdict | None = None
 
 
 def step_open(
@@ -66,7 +69,7 @@ def step_open(
             hitl_mode=c.hitl_mode,
             # A call refused before it ran keeps what the model was told; a deferred call's
             # result stays empty until it runs (the compare-and-set looks for that).
-            result=c.output if c.status == ToolCall.Status.FAILED else None,
+            result=c.output if c.status in (ToolCall.Status.FAILED, ToolCall.Status.REJECTED) else None,
         )
         for c in calls
     ]
@@ -75,9 +78,9 @@ def step_open(
         items.append((RunEvent.Type.MESSAGE, {"seq": seq, "role": "assistant", "content": content}))
     for call, row in zip(calls, rows, strict=True):
         if call.hitl_mode:
-            items.append(_approval_required(row, request=call.request, suspended=suspend))
+            items.append(_approval_required(row, request=call.request, suspended=suspend, verdict=call.verdict))
         else:
-            items.append((RunEvent.Type.TOOL_CALL, _call_data(row)))
+            items.append((RunEvent.Type.TOOL_CALL, {**_call_data(row), **_policy_data(call.verdict)}))
     for call, row in zip(calls, rows, strict=True):
         if call.output is not None:
             messages.append(_tool_message(run_id, call.call_id, seq=seq + len(messages), output=call.output))
@@ -88,10 +91,11 @@ def step_open(
         Message.objects.bulk_create(messages)
         ToolCall.objects.bulk_create(rows)
         Approval.objects.bulk_create(
-            _approval(row, mode=c.hitl_mode, request=c.request, expires_at=c.expires_at)
+            _approval(row, mode=c.hitl_mode, request=c.request, expires_at=c.expires_at, verdict=c.verdict)
             for c, row in zip(calls, rows, strict=True)
             if c.hitl_mode
         )
+        _record_automatic(rows, calls)
         events.record(run_id=run_id, last_seq=last, items=items)
     return seq + len(messages)
 
@@ -106,8 +110,15 @@ def _repaired(call: PlannedCall) -> PlannedCall:
     )
 
 
-def _approval(call: ToolCall, *, mode: str, request: dict[str, Any] | None, expires_at: datetime | None) -> Approval:
-    return Approval(
+def _approval(
+    call: ToolCall,
+    *,
+    mode: str,
+    request: dict[str, Any] | None,
+    expires_at: datetime | None,
+    verdict: Verdict | None = None,
+) -> Approval:
+    approval = Approval(
         id=ids.approval_id(call.run_id, call.call_id),
         run_id=call.run_id,
         tool_call=call,
@@ -116,6 +127,59 @@ def _approval(call: ToolCall, *, mode: str, request: dict[str, Any] | None, expi
         request=request,
         expires_at=expires_at,
     )
+    if verdict is not None:
+        approval.rule = verdict.rule
+        approval.approvers = list(verdict.approvers)
+        approval.quorum = verdict.quorum
+        approval.four_eyes = verdict.four_eyes
+        approval.policy_version = verdict.policy_version
+    return approval
+
+
+def _record_automatic(rows: list[ToolCall], calls: list[PlannedCall]) -> None:
+    """Record each call a rule (or grant) allowed or denied as a decision: an approval row and an audit entry."""
+    decided = [(row, c.verdict) for c, row in zip(calls, rows, strict=True) if c.verdict and c.verdict.automatic]
+    if not decided:
+        return
+    now = timezone.now()
+    approvals = []
+    for row, verdict in decided:
+        approval = _approval(row, mode=verdict.mode, request=None, expires_at=None, verdict=verdict)
+        approval.status = Approval.Status.APPROVED if verdict.action == "allow" else Approval.Status.REJECTED
+        approval.decided_by = verdict.decided_by
+        approval.decided_at = now
+        approval.note = text.repair(verdict.reason)[:2000]
+        approvals.append(approval)
+    Approval.objects.bulk_create(approvals)
+    AuditEntry.objects.bulk_create(
+        AuditEntry(
+            approval_id=approval.pk,
+            run_id=approval.run_id,
+            tool=approval.tool[:100],
+            action=approval.status,
+            actor=approval.decided_by[:150],
+            source=AuditEntry.Source.SYSTEM,
+            outcome=AuditEntry.Outcome.DECIDED,
+            detail=text.repair(_policy_data(verdict)["policy"]),
+        )
+        for approval, (_, verdict) in zip(approvals, decided, strict=True)
+    )
+
+
+def _policy_data(verdict: Verdict | None) -> dict[str, Any]:
+    """Return what the timeline shows of the policy's part in a call ({} when it had none)."""
+    if verdict is None or not (verdict.rule or verdict.grant_id):
+        return {}
+    policy = {
+        "action": verdict.action,
+        "rule": verdict.rule,
+        "decided_by": verdict.decided_by,
+        "reason": verdict.reason,
+        "policy_version": verdict.policy_version,
+    }
+    if verdict.grant_id:
+        policy["grant"] = verdict.grant_id
+    return {"policy": policy}
 
 
 def _tool_message(run_id: str, call_id: str, *, seq: int, output: dict[str, Any]) -> Message:
@@ -127,13 +191,14 @@ def _call_data(call: ToolCall) -> dict[str, Any]:
 
 
 def _approval_required(
-    call: ToolCall, *, request: dict[str, Any] | None, suspended: bool
+    call: ToolCall, *, request: dict[str, Any] | None, suspended: bool, verdict: Verdict | None = None
 ) -> tuple[str, dict[str, Any]]:
     data = {
         **_call_data(call),
         "approval_id": ids.approval_id(call.run_id, call.call_id),
         "mode": call.hitl_mode,
         "request": request,
+        **_policy_data(verdict),
     }
     if suspended:
         data["run_status"] = Run.Status.SUSPENDED

@@ -10,12 +10,13 @@ from pydantic import Field
 from agents import services
 from agents.tools.registry import ToolContext, ToolError, feedback_required, tool
 
-# Demo orders A1001–A1010; every total is at least 50.00 USD.
+# Demo orders A1001–A1010; every total is at least 50.00 USD, and A1010 is a large order
+# (2,500.00) so that the policy tour can try a refund above 1,000.00.
 ORDERS: dict[str, dict[str, Any]] = {
     f"A{1000 + n}": {
         "order_id": f"A{1000 + n}",
         "customer": f"customer{n}@example.com",
-        "total_cents": 5000 + 1250 * (n - 1),
+        "total_cents": 250_000 if n == 10 else 5000 + 1250 * (n - 1),
         "currency": "USD",
         "status": "delivered",
     }

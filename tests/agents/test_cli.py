@@ -231,18 +231,18 @@ def test_it_revises_through_the_cli_with_feedback(db, capsys):
     run = _start_inline(capsys, REFUND)
     [first] = _pending_ids(capsys)
 
-    run_cli(capsys, "approvals", "reject", first, "--by", "alice", "--feedback", "make it 10.00", "--no-resume")
+    run_cli(capsys, "approvals", "reject", first, "--by", "alice", "--feedback", "make it 20.00", "--no-resume")
     run_cli(capsys, "runs", "resume", run["id"], "--inline")
     [second] = _pending_ids(capsys)
     run_cli(capsys, "approvals", "approve", second, "--by", "alice", "--no-resume")
     run_cli(capsys, "runs", "resume", run["id"], "--inline")
 
     assert _show(capsys, run["id"])["status"] == "completed"
-    assert [e.arguments["amount_cents"] for e in SideEffect.objects.all()] == [1000]
+    assert [e.arguments["amount_cents"] for e in SideEffect.objects.all()] == [2000]
 
 
 def test_it_decides_parallel_calls_through_the_cli_resuming_after_both(db, capsys):
-    run = _start_inline(capsys, "Refund orders A1001 and A1002 for 10.00 USD each")
+    run = _start_inline(capsys, "Refund orders A1001 and A1002 for 20.00 USD each")
     first, second = _pending_ids(capsys)
 
     run_cli(capsys, "approvals", "approve", first, "--by", "alice", "--no-resume")

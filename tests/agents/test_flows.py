@@ -129,21 +129,21 @@ def test_it_revises_after_rejection_with_feedback(db):
     run = start(REFUND)
     [first] = pending(run)
 
-    decide(first, "rejected", note="too much", feedback="make it 10.00", auto_resume=False)
+    decide(first, "rejected", note="too much", feedback="make it 20.00", auto_resume=False)
     run = resume(run)
 
     # History reads: call, rejection, feedback; then a new call opens a new approval.
     assert roles(run)[-3:] == ["tool", "user", "assistant"]
     feedback = Message.objects.filter(run=run, role="user").last()
-    assert feedback.content == "make it 10.00"
+    assert feedback.content == "make it 20.00"
     [second] = pending(run)
     assert second.id != first.id
-    assert second.tool_call.arguments == {"order_id": "A1001", "amount_cents": 1000}
+    assert second.tool_call.arguments == {"order_id": "A1001", "amount_cents": 2000}
 
     decide(second, "approved", auto_resume=False)
     run = resume(run)
     assert run.status == Run.Status.COMPLETED
-    assert [e.arguments["amount_cents"] for e in SideEffect.objects.all()] == [1000]
+    assert [e.arguments["amount_cents"] for e in SideEffect.objects.all()] == [2000]
 
 
 def test_it_runs_edited_arguments_and_tells_the_model(db):
@@ -186,7 +186,7 @@ def test_it_refuses_edited_arguments_that_fail_the_schema_or_the_check(db, argum
 
 
 def test_it_gates_parallel_calls_each_and_resumes_after_the_last(db):
-    run = start("Refund orders A1001 and A1002 for 10.00 USD each")
+    run = start("Refund orders A1001 and A1002 for 20.00 USD each")
 
     first, second = pending(run)
     assert {first.tool_call.step} == {second.tool_call.step}  # one assistant message
@@ -202,11 +202,11 @@ def test_it_gates_parallel_calls_each_and_resumes_after_the_last(db):
     run = resume(run)
     assert run.status == Run.Status.COMPLETED
     assert [e.arguments["order_id"] for e in SideEffect.objects.all()] == ["A1001"]
-    assert "Refunded 10.00 USD for order A1001" in run.output and "not this one" in run.output
+    assert "Refunded 20.00 USD for order A1001" in run.output and "not this one" in run.output
 
 
 def test_it_resumes_a_parallel_step_once_both_are_decided_through_auto_resume(db, django_capture_on_commit_callbacks):
-    run = start("Refund orders A1001 and A1002 for 10.00 USD each")
+    run = start("Refund orders A1001 and A1002 for 20.00 USD each")
     first, second = pending(run)
 
     assert decide(first, "approved").resume_enqueued is False

@@ -19,7 +19,9 @@ def test_it_reads_the_shipped_config():
     support = policy.agent("support")
     assert support.model == "demo"
     assert set(support.tools) == {"lookup_order", "refund_request", "send_email", "ask_human"}
-    assert policy.tool_policy("refund_request") == ToolPolicy(risk="high", hitl_mode="suspend")
+    refund = policy.tool_policy("refund_request")
+    assert (refund.risk, refund.hitl_mode) == ("high", "suspend")
+    assert [rule.action for rule in refund.rules] == ["deny", "allow", "ask"]
     assert policy.tool_policy("send_email").hitl_mode == "defer"
 
 

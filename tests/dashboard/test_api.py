@@ -171,7 +171,7 @@ def test_it_answers_409_with_the_lease_holder_when_a_run_is_being_driven(api: Ap
 
 
 def test_it_lists_pending_approvals_filtered_and_paginated(api: Api, paused: Run) -> None:
-    other = flows.start("Refund order A1002 for 5.00 USD")
+    other = flows.start("Refund order A1002 for 15.00 USD")
     listed = api.get("/api/approvals").json()
     assert listed["count"] == 2
     assert listed["items"][0] == roundtrip(serializers.approval_summary(approval_of(other)))

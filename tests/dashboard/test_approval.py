@@ -115,16 +115,16 @@ def test_it_rejects_with_a_note_and_ignores_the_editor(client_for, alice, approv
 
 def test_it_rejects_with_feedback_for_the_model_to_revise(client_for, alice, paused, approval):
     client_for(alice).post(
-        decide_url(approval), {"decision": "rejected", "note": "too much", "feedback": "make it 10.00"}
+        decide_url(approval), {"decision": "rejected", "note": "too much", "feedback": "make it 20.00"}
     )
 
     approval.refresh_from_db()
-    assert approval.feedback == "make it 10.00"
+    assert approval.feedback == "make it 20.00"
 
     run = resume(paused)
-    assert Message.objects.filter(run=run, role="user", content="make it 10.00").exists()
+    assert Message.objects.filter(run=run, role="user", content="make it 20.00").exists()
     [revised] = pending(run)
-    assert revised.tool_call.arguments == {"order_id": "A1001", "amount_cents": 1000}
+    assert revised.tool_call.arguments == {"order_id": "A1001", "amount_cents": 2000}
 
 
 def test_it_shows_who_decided_first_instead_of_an_error(client_for, alice, bob, approval):

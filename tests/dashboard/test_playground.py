@@ -175,7 +175,7 @@ def test_it_shows_a_composed_runs_definition_on_the_run_page(client_for: Callabl
 
 def test_it_names_composed_agents_after_their_settings(client_for: Callable[[User], Client], alice: User) -> None:
     first = _start(client_for(alice), composed())
-    second = _start(client_for(alice), composed(input="Refund order A1002 for 5.00 USD"))
+    second = _start(client_for(alice), composed(input="Refund order A1002 for 15.00 USD"))
     other = _start(client_for(alice), composed(system_prompt="You are chatty."))
     assert first.agent == second.agent != other.agent
     assert first.agent.startswith("playground-")
@@ -187,15 +187,15 @@ def test_it_runs_a_composed_agent_on_an_openai_compatible_endpoint(
     monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
     fake_openai.script(
         lambda body: (
-            Reply(content="Refunded 5.00 USD.")
+            Reply(content="Refunded 15.00 USD.")
             if tool_messages(body)
-            else Reply(tool_calls=[("call_1", "refund_request", '{"order_id": "A1001", "amount_cents": 500}')])
+            else Reply(tool_calls=[("call_1", "refund_request", '{"order_id": "A1001", "amount_cents": 1500}')])
         )
     )
     run = _start(client_for(alice), composed(model="openai", model_name=MODEL, tools=["refund_request"]))
     assert flows.resume(run).status == Run.Status.SUSPENDED
     flows.decide(flows.pending(run)[0], "approved", auto_resume=False)
-    assert flows.resume(run).output == "Refunded 5.00 USD."
+    assert flows.resume(run).output == "Refunded 15.00 USD."
     assert fake_openai.requests[0]["messages"][0] == {"role": "system", "content": "You are terse."}
     assert [tool["function"]["name"] for tool in fake_openai.requests[0]["tools"]] == ["refund_request"]
 

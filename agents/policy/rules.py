@@ -1,0 +1,224 @@
+"""What the policy says about one proposed call, in DESIGN.md's order; a pure function, no database.
+
+1. deny rules → the call is refused, nobody is asked;
+2. a remembered decision (a standing grant), looked up through `grant_lookup`;
+3. allow rules → the call runs at once;
+4. ask rules, or the tool's own settings → a person decides (or, for a low-risk tool, it runs).
+
+A rule whose condition cannot be evaluated (a missing argument, a type error, a result
+that is not a boolean) fails closed: it counts as matching when it denies or asks, as not
+matching when it allows, and the verdict's reason says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from agents.policy.config import AgentSpec, Policy, Rule, ToolPolicy
+
+Action = Literal["allow", "deny", "ask"]
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What a rule's condition may read: the CEL variables args, tool, agent, run and now."""
+
+    tool: str
+    args: dict[str, Any]
+    agent: str
+    run: dict[str, Any] = field(default_factory=dict)  # id, agent, created_by, input
+    now: datetime | None = None
+
+    def variables(self) -> dict[str, Any]:
+        """Return the CEL context."""
+        run = {"id": "", "agent": self.agent, "created_by": "", "input": "", **self.run}
+        return {
+            "args": self.args,
+            "tool": self.tool,
+            "agent": self.agent,
+            "run": run,
+            "now": self.now or datetime.now(UTC),
+        }
+
+
+@dataclass(frozen=True)
+class GrantMatch:
+    """A remembered decision that applies to a call (filled by the standing-grants engine)."""
+
+    id: str
+    action: Literal["allow", "deny"]
+    reason: str = ""
+
+
+GrantLookup = Callable[[CallFacts, ToolPolicy], GrantMatch | None]
+
+
+def no_grant(facts: CallFacts, policy: ToolPolicy) -> GrantMatch | None:
+    """Return no grant: the default until remembered decisions exist."""
+    return None
+
+
+_grant_lookup: GrantLookup = no_grant
+
+
+def register_grant_lookup(lookup: GrantLookup) -> None:
+    """Set how evaluate() finds a remembered decision when its caller passes none."""
+    global _grant_lookup
+    _grant_lookup = lookup
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome for one call: what happens, which rule (or grant) decided, and who may decide."""
+
+    action: Action
+    rule: str = ""  # the deciding rule's name; "" for the tool's own settings (or a grant)
+    reason: str = ""
+    approvers: tuple[str, ...] = ()
+    quorum: int = 1
+    four_eyes: bool = False
+    mode: str = "suspend"
+    timeout_seconds: float | None = None
+    grants: bool = True
+    policy_version: str = ""
+    grant_id: str = ""
+    listed: bool = False  # the tool has a policy entry (an unlisted tool just runs, with no row)
+
+    @property
+    def decided_by(self) -> str:
+        """Return who decided automatically: "policy:<rule>", "grant:<id>", or "" when a person (or nobody) must."""
+        if self.grant_id:
+            return f"grant:{self.grant_id}"
+        if self.rule and self.action != "ask":
+            return f"policy:{self.rule}"
+        return ""
+
+    @property
+    def automatic(self) -> bool:
+        """Return whether a rule or grant decided: the call gets an approval row decided by the policy."""
+        return bool(self.decided_by)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the verdict as JSON-ready data (the CLI's --json, the policy page)."""
+        return {
+            "action": self.action,
+            "rule": self.rule or None,
+            "decided_by": self.decided_by or None,
+            "reason": self.reason,
+            "approvers": list(self.approvers),
+            "quorum": self.quorum,
+            "four_eyes": self.four_eyes,
+            "mode": self.mode,
+            "grants": self.grants,
+            "policy_version": self.policy_version,
+        }
+
+
+def evaluate(
+    policy: Policy,
+    facts: CallFacts,
+    *,
+    agent: AgentSpec | None = None,
+    grant_lookup: GrantLookup | None = None,
+) -> Verdict:
+    """Return what the policy says about a proposed call (deny → grant → allow → ask)."""
+    tool = policy.tool_policy(facts.tool, agent=agent)
+    listed = facts.tool in policy.tool_overrides or (agent is not None and facts.tool in agent.tool_overrides)
+    base = Verdict(
+        action="ask" if tool.gated else "allow",
+        approvers=tuple(getattr(tool, "approvers", None) or ()),
+        quorum=getattr(tool, "quorum", None) or 1,
+        four_eyes=bool(getattr(tool, "four_eyes", False)),
+        mode=tool.hitl_mode,
+        timeout_seconds=tool.timeout_seconds,
+        grants=tool.grants,
+        policy_version=policy.version,
+        listed=listed,
+    )
+    if not tool.rules and not tool.gated:
+        return base  # the common unlisted tool: nothing to evaluate
+    variables = facts.variables()
+    results = {rule.name: _holds(rule, variables) for rule in tool.rules}
+    failures = [
+        f"rule {name!r} could not be evaluated ({problem})" for name, (_, problem) in results.items() if problem
+    ]
+
+    def matches(rule: Rule) -> bool:
+        held, problem = results[rule.name]
+        return rule.action != "allow" if problem else held
+
+    def said(reason: str) -> str:
+        return "; ".join([reason, *failures]) if reason else "; ".join(failures)
+
+    for rule in (r for r in tool.rules if r.action == "deny" and matches(r)):
+        return replace(base, action="deny", rule=rule.name, reason=said(rule.reason or f"denied by rule {rule.name}"))
+    grant = (grant_lookup or _grant_lookup)(facts, tool) if tool.grants else None
+    if grant is not None:
+        reason = said(grant.reason or f"{'approved' if grant.action == 'allow' else 'rejected'} by grant {grant.id}")
+        return replace(base, action=grant.action, grant_id=grant.id, reason=reason)
+    for rule in (r for r in tool.rules if r.action == "allow" and matches(r)):
+        return replace(base, action="allow", rule=rule.name, reason=said(f"allowed by rule {rule.name}"))
+    for rule in (r for r in tool.rules if r.action == "ask" and matches(r)):
+        return replace(
+            base,
+            action="ask",
+            rule=rule.name,
+            reason=said(f"rule {rule.name} asks"),
+            approvers=rule.approvers if rule.approvers is not None else base.approvers,
+            quorum=rule.quorum or base.quorum,
+        )
+    return replace(base, reason=said(""))
+
+
+def _holds(rule: Rule, variables: dict[str, Any]) -> tuple[bool, str]:
+    """Evaluate a rule's condition: (held, "") or (False, the problem) when it cannot be evaluated."""
+    try:
+        result = rule.program.execute(variables)
+    except Exception as exc:  # noqa: BLE001 — whatever the library raises, the rule fails closed
+        return False, " ".join(str(exc).split())[:200] or type(exc).__name__
+    if not isinstance(result, bool):
+        return False, f"its condition gave {type(result).__name__}, not true or false"
+    return result, ""
+
+
+class CheckError(Exception):
+    """A policy check cannot be answered (unknown agent or tool, arguments the tool refuses)."""
+
+
+def check(tool_name: str, arguments: dict[str, Any], *, agent_name: str, by: str = "") -> Verdict:
+    """Return what would happen if the agent proposed this call now, without running or recording anything."""
+    from agents.policy.config import ConfigError, get_policy
+    from agents.tools import InvalidArguments, ToolError, registry
+
+    policy = get_policy()
+    try:
+        agent = policy.agent(agent_name)
+    except ConfigError as exc:
+        raise CheckError(str(exc)) from None
+    if tool_name not in agent.tools:
+        raise CheckError(
+            f"agent {agent_name!r} has no tool {tool_name!r} (its tools: {', '.join(agent.tools) or 'none'})"
+        )
+    tool = registry.tools[tool_name]
+    try:
+        tool.check_arguments(tool.validate(arguments))
+    except InvalidArguments as exc:
+        raise CheckError(f"the tool would refuse these arguments: {exc.message}") from None
+    except ToolError as exc:
+        raise CheckError(f"the tool would refuse these arguments: {exc.message}") from None
+    run = {"id": "", "agent": agent_name, "created_by": by, "input": ""}
+    return evaluate(policy, CallFacts(tool=tool_name, args=arguments, agent=agent_name, run=run), agent=agent)
+
+
+def describe(verdict: Verdict) -> str:
+    """Return the outcome in plain words."""
+    if verdict.action == "deny":
+        return f"denied by {verdict.decided_by}: {verdict.reason}"
+    if verdict.action == "allow":
+        return f"runs at once, allowed by {verdict.decided_by}" if verdict.automatic else "runs at once (low risk)"
+    who = ", ".join(verdict.approvers) if verdict.approvers else "any reviewer"
+    source = f"rule {verdict.rule!r}" if verdict.rule else "the tool's own settings"
+    return f"asks ({verdict.mode}) by {source}: {verdict.quorum} approval(s) from {who}"

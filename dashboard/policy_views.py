@@ -1,0 +1,90 @@
+"""The read-only policy pages: what agentfast.yaml says about each tool, and a box to try a call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from agents import text
+from agents.policy import ConfigError, ToolPolicy, get_policy
+from agents.policy.rules import CheckError, check, describe
+from agents.tools import registry
+from dashboard.auth import reviewer_required
+
+MAX_ARGUMENTS_CHARS = 10_000
+
+
+@require_GET
+@reviewer_required
+def policy_list(request: HttpRequest) -> HttpResponse:
+    """List every tool an agent uses, with what its calls need."""
+    policy = get_policy()
+    names = sorted({name for agent in policy.agents.values() for name in agent.tools} | set(policy.tool_overrides))
+    tools = [_tool_summary(name, policy.tool_policy(name), name in policy.tool_overrides) for name in names]
+    return render(request, "dashboard/policy.html", {"tools": tools, "version": policy.version, "path": policy.path})
+
+
+@require_GET
+@reviewer_required
+def policy_tool(request: HttpRequest, tool: str) -> HttpResponse:
+    """Show one tool's settings and rules in plain words; with ?args=…&agent=…, the verdict for that call."""
+    policy = get_policy()
+    if tool not in registry.tools:
+        raise Http404("No such tool.")
+    agents = sorted(name for name, agent in policy.agents.items() if tool in agent.tools)
+    context: dict[str, Any] = {
+        "tool": _tool_summary(tool, policy.tool_policy(tool), tool in policy.tool_overrides),
+        "version": policy.version,
+        "agents": agents,
+        "agent": request.GET.get("agent") or (agents[0] if agents else ""),
+        "arguments": request.GET.get("args", ""),
+    }
+    status = 200
+    if "args" in request.GET:
+        try:
+            context["verdict"] = _check(tool, context["arguments"], context["agent"])
+            context["means"] = describe(context["verdict"])
+        except (CheckError, ConfigError, text.UnsafeText) as exc:
+            context["error"] = getattr(exc, "message", None) or str(exc)
+            status = 400
+    return render(request, "dashboard/policy_tool.html", context, status=status)
+
+
+def _check(tool: str, raw: str, agent: str) -> Any:
+    if len(raw) > MAX_ARGUMENTS_CHARS:
+        raise CheckError(f"arguments: longer than {MAX_ARGUMENTS_CHARS} characters")
+    arguments = text.loads_strict(raw or "{}", field="arguments")
+    if not isinstance(arguments, dict):
+        raise CheckError('arguments: must be a JSON object, like {"amount_cents": 1000}')
+    return check(tool, arguments, agent_name=text.require_clean(agent, field="agent"))
+
+
+def _tool_summary(name: str, tool: ToolPolicy, listed: bool) -> dict[str, Any]:
+    """Return a tool's policy in plain words for the templates."""
+    approvers = list(getattr(tool, "approvers", None) or ())
+    return {
+        "name": name,
+        "listed": listed,
+        "gated": tool.gated,
+        "mode": tool.hitl_mode,
+        "timeout_seconds": tool.timeout_seconds,
+        "approvers": approvers,
+        "quorum": getattr(tool, "quorum", None) or 1,
+        "four_eyes": bool(getattr(tool, "four_eyes", False)),
+        "grants": tool.grants,
+        "rules": [
+            {
+                "name": rule.name,
+                "when": rule.when,
+                "action": rule.action,
+                "reason": rule.reason,
+                "approvers": list(rule.approvers) if rule.approvers is not None else None,
+                "quorum": rule.quorum,
+            }
+            # Shown in the order they are evaluated: deny rules, then allow, then ask.
+            for rule in sorted(tool.rules, key=lambda rule: ("deny", "allow", "ask").index(rule.action))
+        ],
+    }

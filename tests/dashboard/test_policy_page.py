@@ -1,0 +1,148 @@
+"""The policy pages (read-only, reviewers only), and automatic outcomes seen through the web and the API."""
+
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import urlencode
+
+import pytest
+
+from agents import runtime, services
+from agents.models import Approval, Run
+from tests.support.flows import start
+
+
+def _check(client, tool: str = "refund_request", **params: str):
+    return client.get(f"/policy/{tool}?{urlencode(params)}")
+
+
+def test_it_lists_each_tool_with_its_rules_in_evaluation_order(client_for, alice):
+    html = client_for(alice).get("/policy").content.decode()
+
+    assert "<code>refund_request</code>" in html and "<code>lookup_order</code>" in html
+    names = re.findall(r"<strong>([^<]+)</strong>: when", html)
+    assert names == ["huge refunds", "small refunds", "large refunds"]  # deny, allow, ask
+    assert "“refunds over 1,000.00 need a ticket”" in html and "2 approvals" in html
+    assert "Low risk: its calls run at once." in html  # lookup_order
+
+
+def test_it_shows_one_tools_settings_and_the_check_box(client_for, alice):
+    html = client_for(alice).get("/policy/refund_request").content.decode()
+
+    assert "A person decides (suspend" in html and "any reviewer" in html
+    assert 'name="args"' in html and '<option value="support" selected>' in html
+
+
+@pytest.mark.parametrize(
+    ("amount", "badge", "words"),
+    [
+        (500, "allow", "runs at once, allowed by policy:small refunds"),
+        (7500, "ask", "asks (suspend) by rule &#x27;large refunds&#x27;: 2 approval(s) from any reviewer"),
+        (150_000, "deny", "denied by policy:huge refunds: refunds over 1,000.00 need a ticket"),
+    ],
+)
+def test_it_checks_a_call_in_the_page(client_for, alice, amount, badge, words):
+    args = json.dumps({"order_id": "A1010", "amount_cents": amount})
+
+    response = _check(client_for(alice), args=args, agent="support")
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert f'<span class="badge">{badge}</span> {words}' in html
+    assert not Run.objects.exists() and not Approval.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"args": "[1]", "agent": "support"}, "arguments: must be a JSON object"),
+        ({"args": "{", "agent": "support"}, "arguments: not valid JSON"),
+        ({"args": "{}", "agent": "ghost"}, "unknown agent &#x27;ghost&#x27;"),
+        ({"args": '{"order_id": "A1001", "amount_cents": 900000}', "agent": "support"}, "the tool would refuse"),
+    ],
+)
+def test_it_refuses_a_bad_check_with_a_clear_400(client_for, alice, params, message):
+    response = _check(client_for(alice), **params)
+
+    assert response.status_code == 400 and message in response.content.decode()
+
+
+def test_it_escapes_what_the_check_echoes(client_for, alice):
+    html = _check(client_for(alice), args='{"x": "<script>alert(1)</script>"}', agent="support").content.decode()
+
+    assert "<script>alert(1)" not in html and "&lt;script&gt;" in html
+
+
+def test_it_shows_the_policy_only_to_reviewers(client, client_for, dave):
+    assert client.get("/policy").status_code == 302  # to the sign-in page
+    assert client_for(dave).get("/policy").status_code == 403
+    assert client_for(dave).get("/policy/refund_request").status_code == 403
+
+
+def test_it_answers_404_for_an_unknown_tool(client_for, alice):
+    assert client_for(alice).get("/policy/nope").status_code == 404
+
+
+def test_it_links_the_policy_from_the_nav(client_for, alice):
+    assert '<a href="/policy"' in client_for(alice).get("/runs").content.decode()
+
+
+# -- automatic outcomes on the run page and through the API -----------------------------
+
+
+def test_it_shows_on_the_run_page_which_rule_allowed_a_call(client_for, alice):
+    run = start("Refund order A1001 for 5.00 USD")
+
+    html = client_for(alice).get(f"/runs/{run.id}").content.decode()
+
+    assert "allowed by policy:small refunds" in html
+
+
+def test_it_shows_on_the_run_page_which_rule_denied_a_call(client_for, alice):
+    run = start("Refund order A1010 for 1500.00 USD")
+
+    html = client_for(alice).get(f"/runs/{run.id}").content.decode()
+
+    assert "denied by policy:huge refunds" in html and "POLICY_DENIED" in html
+
+
+def test_it_shows_on_the_run_page_which_rule_asked(client_for, alice):
+    run = start("Refund order A1004 for 75.00 USD")
+
+    html = client_for(alice).get(f"/runs/{run.id}").content.decode()
+
+    assert "asked by rule “large refunds”" in html
+
+
+def test_it_shows_the_rule_as_the_actor_on_the_audit_page(client_for, carol):
+    start("Refund order A1001 for 5.00 USD")
+
+    html = client_for(carol).get("/audit").content.decode()
+
+    assert "policy:small refunds" in html
+
+
+@pytest.mark.parametrize(
+    ("prompt", "status", "decided_by", "approval_status"),
+    [
+        ("Refund order A1001 for 5.00 USD", "completed", "policy:small refunds", "approved"),
+        ("Refund order A1010 for 1500.00 USD", "completed", "policy:huge refunds", "rejected"),
+        ("Refund order A1004 for 75.00 USD", "suspended", None, "pending"),
+    ],
+)
+def test_it_gives_every_outcome_through_the_api(
+    client, alice, django_capture_on_commit_callbacks, prompt, status, decided_by, approval_status
+):
+    headers = {"Authorization": f"Bearer {services.token_create(username='alice')[1]}"}
+    with django_capture_on_commit_callbacks():  # the worker's drive is done here, inline
+        created = client.post(
+            "/api/runs", data={"agent": "support", "input": prompt}, content_type="application/json", headers=headers
+        )
+    runtime.drive(created.json()["id"])
+
+    body = client.get(f"/api/runs/{created.json()['id']}", headers=headers).json()
+
+    assert body["status"] == status
+    [approval] = body["approvals"]
+    assert (approval["status"], approval["decided_by"]) == (approval_status, decided_by)
