@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from agents import text
-from agents.cli import approvals, effects, runs, tokens, users
+from agents.cli import approvals, audit, effects, runs, tokens, users
 from agents.cli.output import EXIT_REFUSED, EXIT_USAGE, CliError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -25,6 +25,7 @@ GROUPS: tuple[Callable[[Any], None], ...] = (
     effects.register,
     users.register,
     tokens.register,
+    audit.register,
 )
 
 
