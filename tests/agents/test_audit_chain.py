@@ -252,3 +252,22 @@ def test_it_shows_a_short_hash_on_the_audit_page(history, carol):
     html = client.get("/audit").content.decode()
 
     assert f'<code class="meta" title="{history[0].hash}">{history[0].hash[:12]}</code>' in html
+
+
+def test_it_chains_the_entries_written_before_the_migration(transactional_db, capsys):
+    """Entries from before the chain get the hashes new ones would have had, in id order."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    [approval] = pending(start(REFUND, auto_resume=False))
+    decide(approval, "approved", by="bob", note="ok")
+    with pytest.raises(services.AlreadyDecided):
+        decide(approval, "rejected", by="alice")
+    services.approval_refuse(approval_id="appr_x", decision="approved", attempt=attempt("eve"), outcome="", reason="")
+    live = list(AuditEntry.objects.order_by("id").values_list("id", "prev_hash", "hash"))
+
+    for target in ("0004_policy_fields", "0007_audit_chain"):
+        executor = MigrationExecutor(connection)
+        executor.migrate([("agents", target)])
+
+    assert list(AuditEntry.objects.order_by("id").values_list("id", "prev_hash", "hash")) == live
+    assert verify(capsys) == (0, f"ok: 3 entries, head {live[-1][2]}\n")
