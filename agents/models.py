@@ -6,6 +6,7 @@ Every write goes through agents.services; these classes only describe the rows.
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 
 
 class Run(models.Model):
@@ -217,7 +218,12 @@ class AuditEntry(models.Model):
     origin = models.CharField(max_length=200, blank=True)  # IP address, or user@host for the CLI
     outcome = models.CharField(max_length=20, choices=Outcome.choices)
     detail = models.JSONField(default=dict, blank=True)  # note, edited-argument diff, error
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # Set by services.audit_append before the hash is taken (auto_now_add would set it after).
+    created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
+    # The chain (services/audit.py): the previous entry's hash, and sha256 of it and this entry's fields.
+    # prev_hash is unique, so the database itself refuses a fork of the chain.
+    prev_hash = models.CharField(max_length=64, unique=True, editable=False)
+    hash = models.CharField(max_length=64, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]

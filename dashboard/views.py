@@ -256,6 +256,8 @@ AUDIT_CSV_COLUMNS = (
     "note",
     "arguments_diff",
     "detail",
+    "prev_hash",
+    "hash",
 )
 
 
@@ -330,6 +332,8 @@ def _csv_row(entry: AuditEntry) -> list[str]:
         detail.get("note", ""),
         text.dumps(detail.get("arguments_diff", {})),
         text.dumps(detail),
+        entry.prev_hash,
+        entry.hash,
     ]
     return [_spreadsheet_safe(text.repair(str(value))) for value in row]
 

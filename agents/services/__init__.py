@@ -10,6 +10,7 @@ from agents.services.approvals import (
     approval_expire_due,
     approval_refuse,
 )
+from agents.services.audit import audit_append, audit_verify
 from agents.services.effects import sideeffect_record
 from agents.services.errors import (
     AlreadyDecided,
@@ -56,6 +57,8 @@ __all__ = [
     "approval_expire",
     "approval_expire_due",
     "approval_refuse",
+    "audit_append",
+    "audit_verify",
     "message_append",
     "role_groups_ensure",
     "run_cancel",

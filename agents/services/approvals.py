@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from agents import events, queue, text
 from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall
+from agents.services.audit import audit_append
 from agents.services.errors import AlreadyDecided, InvalidInput, NotFound, WrongState
 from agents.tools import InvalidArguments, ToolError, registry
 
@@ -308,32 +309,32 @@ def _audit_refusal(
     Whatever a refused request carried is repaired and cut to its column, so refusing it
     can never fail: an attempt is audited however malformed it was.
     """
-    AuditEntry.objects.create(
-        approval_id=_fit(approval_id, AuditEntry, "approval_id"),
+    audit_append(
+        approval_id=approval_id,
         run_id=approval.run_id if approval else "",
         tool=approval.tool if approval else "",
-        action=_fit(str(decision), AuditEntry, "action"),
-        actor=_fit(attempt.actor.strip() or "(anonymous)", AuditEntry, "actor"),
-        on_behalf_of=_fit(attempt.on_behalf_of, AuditEntry, "on_behalf_of"),
-        source=_fit(attempt.source, AuditEntry, "source"),
-        origin=_fit(attempt.origin, AuditEntry, "origin"),
+        action=decision,
+        actor=attempt.actor,
+        on_behalf_of=attempt.on_behalf_of,
+        source=attempt.source,
+        origin=attempt.origin,
         outcome=outcome,
-        detail=text.repair(detail),
+        detail=detail,
     )
 
 
 def audit_run(*, run_id: str, attempt: Attempt, action: str, detail: dict[str, Any]) -> None:
     """Audit a change of a whole run (a cancel): who, from where, what."""
-    AuditEntry.objects.create(
+    audit_append(
         approval_id="",
         run_id=run_id,
-        action=_fit(action, AuditEntry, "action"),
-        actor=_fit(attempt.actor.strip() or "(anonymous)", AuditEntry, "actor"),
-        on_behalf_of=_fit(attempt.on_behalf_of, AuditEntry, "on_behalf_of"),
-        source=_fit(attempt.source, AuditEntry, "source"),
-        origin=_fit(attempt.origin, AuditEntry, "origin"),
+        action=action,
+        actor=attempt.actor,
+        on_behalf_of=attempt.on_behalf_of,
+        source=attempt.source,
+        origin=attempt.origin,
         outcome=AuditEntry.Outcome.DECIDED,
-        detail=text.repair(detail),
+        detail=detail,
     )
 
 

@@ -1,0 +1,198 @@
+"""The audit log as a hash chain: the one writer of audit rows, and the check of the chain.
+
+Each entry stores the hash of the entry before it (`prev_hash`; 64 zeros for the first)
+and its own `hash = sha256(prev_hash + canonical JSON of its fields)`. Changing, removing
+or reordering a stored entry breaks the chain at that entry, which `audit_verify` names.
+Removing the newest entries leaves a shorter valid chain: keep the head hash elsewhere to
+detect that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agents import text
+from agents.models import AuditEntry
+
+GENESIS = "0" * 64
+# Any fixed 64-bit key works; this one spells "afaudit" so it is recognizable in pg_locks.
+_LOCK_KEY = int.from_bytes(b"afaudit", "big")
+HASHED_FIELDS = (
+    "approval_id",
+    "run_id",
+    "tool",
+    "action",
+    "actor",
+    "on_behalf_of",
+    "source",
+    "origin",
+    "outcome",
+    "detail",
+    "created_at",
+)
+_TEXT_FIELDS = ("approval_id", "run_id", "tool", "action", "actor", "on_behalf_of", "source", "origin", "outcome")
+
+
+def audit_append(
+    *,
+    approval_id: str,
+    action: str,
+    actor: str,
+    source: str,
+    outcome: str,
+    run_id: str = "",
+    tool: str = "",
+    on_behalf_of: str = "",
+    origin: str = "",
+    detail: Mapping[str, Any] | None = None,
+) -> AuditEntry:
+    """Append an entry to the audit chain, inside the caller's transaction if there is one.
+
+    Whatever the caller passes is repaired and cut to its column, so auditing never fails
+    on malformed input. The hash covers the values exactly as they are stored.
+    """
+    values: dict[str, Any] = {
+        "approval_id": approval_id,
+        "run_id": run_id,
+        "tool": tool,
+        "action": str(action),
+        "actor": actor.strip() or "(anonymous)",
+        "on_behalf_of": on_behalf_of,
+        "source": source,
+        "origin": origin,
+        "outcome": str(outcome),
+    }
+    fields = {name: _fit(name, value) for name, value in values.items()}
+    entry = AuditEntry(**fields, detail=text.repair(dict(detail or {})))
+    # No savepoint: a failed insert fails the caller's transaction anyway, and on PostgreSQL a
+    # savepoint would cost two more round trips while the chain is locked.
+    with transaction.atomic(savepoint=False):
+        _lock_chain()
+        entry.prev_hash = _head()  # a statement after the lock: it sees the head the last writer committed
+        # The time is taken under the lock, so created_at never goes backwards along the chain.
+        entry.created_at = timezone.now()
+        entry.hash = entry_hash(entry.prev_hash, entry_fields(entry))
+        entry.save(force_insert=True)
+    return entry
+
+
+def _fit(name: str, value: str) -> str:
+    """Return text repaired and cut to its column's length."""
+    return text.repair(value)[: AuditEntry._meta.get_field(name).max_length]
+
+
+def _lock_chain() -> None:
+    """Hold the chain's head until the transaction ends, so two writers cannot both extend it.
+
+    PostgreSQL: a transaction-level advisory lock, released at commit or rollback. SQLite:
+    every write transaction is BEGIN IMMEDIATE (settings), which already admits one writer
+    at a time, so the head read below cannot change before the insert commits.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+
+
+def _head() -> str:
+    return AuditEntry.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
+
+
+# -- the hash -------------------------------------------------------------------------
+
+
+def entry_fields(entry: Any) -> dict[str, Any]:
+    """Return the hashed fields of an entry (a model instance, or a historical one in a migration)."""
+    return {name: getattr(entry, name) for name in HASHED_FIELDS}
+
+
+def entry_hash(prev_hash: str, fields: Mapping[str, Any]) -> str:
+    """Return sha256 hex of the previous hash followed by the canonical JSON of the fields."""
+    return hashlib.sha256((prev_hash + canonical_json(fields)).encode("utf-8")).hexdigest()
+
+
+def canonical_json(fields: Mapping[str, Any]) -> str:
+    """Serialize fields the same way whatever database stored them.
+
+    Keys are sorted (jsonb reorders them), times are UTC at microsecond precision (what
+    both databases keep), and integral floats are written as integers (jsonb reads 1e16
+    back as 10000000000000000, and 1.0 as 1.0 or 1 depending on the driver).
+    """
+    normal = {name: _normal(value) for name, value in fields.items()}
+    return json.dumps(normal, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat(timespec="microseconds")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {str(key): _normal(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_normal(item) for item in value]
+    return value
+
+
+# -- the check ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    """What `audit_verify` found: the entries checked, and the first break (None: intact)."""
+
+    entries: int
+    head: str
+    problem: str = ""  # altered | removed | reordered
+    entry_id: int | None = None
+    entry_created_at: datetime | None = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem
+
+
+def audit_verify(*, chunk_size: int = 2000) -> ChainReport:
+    """Recompute the chain in id order; report the first entry altered, removed or reordered (reads only)."""
+    entries = AuditEntry.objects.order_by("id").only("id", "prev_hash", "hash", *HASHED_FIELDS)
+    return _walk(entries.iterator(chunk_size=chunk_size))
+
+
+def _walk(entries: Iterable[AuditEntry]) -> ChainReport:
+    expected, count = GENESIS, 0
+    for entry in entries:
+        if entry_hash(entry.prev_hash, entry_fields(entry)) != entry.hash:
+            return _broken(count, expected, entry, "altered", "its content does not match its hash")
+        if entry.prev_hash != expected:
+            return _gap(count, expected, entry)
+        expected, count = entry.hash, count + 1
+    return ChainReport(entries=count, head=expected)
+
+
+def _gap(count: int, expected: str, entry: AuditEntry) -> ChainReport:
+    """Name a break between intact entries: the one it links to is elsewhere (reordered) or gone (removed)."""
+    if entry.prev_hash == GENESIS:
+        return _broken(count, expected, entry, "reordered", "it claims to be the first entry")
+    linked = AuditEntry.objects.filter(hash=entry.prev_hash).values_list("id", flat=True).first()
+    if linked is not None:
+        return _broken(count, expected, entry, "reordered", f"it follows entry #{linked} in the chain")
+    return _broken(count, expected, entry, "removed", "the entry before it in the chain is missing")
+
+
+def _broken(count: int, head: str, entry: AuditEntry, problem: str, why: str) -> ChainReport:
+    return ChainReport(
+        entries=count,
+        head=head,
+        problem=problem,
+        entry_id=entry.pk,
+        entry_created_at=entry.created_at,
+        message=f"entry #{entry.pk} at {entry.created_at.isoformat()} {problem}: {why}",
+    )
