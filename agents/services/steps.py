@@ -18,6 +18,7 @@ from django.utils import timezone
 from agents import events, ids, sql, text
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent, ToolCall
 from agents.policy.rules import Verdict
+from agents.services.audit import audit_append
 from agents.services.runs import run_write
 
 
@@ -151,19 +152,17 @@ def _record_automatic(rows: list[ToolCall], calls: list[PlannedCall]) -> None:
         approval.note = text.repair(verdict.reason)[:2000]
         approvals.append(approval)
     Approval.objects.bulk_create(approvals)
-    AuditEntry.objects.bulk_create(
-        AuditEntry(
+    for approval, (_, verdict) in zip(approvals, decided, strict=True):
+        audit_append(
             approval_id=approval.pk,
             run_id=approval.run_id,
-            tool=approval.tool[:100],
+            tool=approval.tool,
             action=approval.status,
-            actor=approval.decided_by[:150],
+            actor=approval.decided_by,
             source=AuditEntry.Source.SYSTEM,
             outcome=AuditEntry.Outcome.DECIDED,
-            detail=text.repair(_policy_data(verdict)["policy"]),
+            detail=_policy_data(verdict)["policy"],
         )
-        for approval, (_, verdict) in zip(approvals, decided, strict=True)
-    )
 
 
 def _policy_data(verdict: Verdict | None) -> dict[str, Any]:
