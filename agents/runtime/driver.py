@@ -290,6 +290,9 @@ class _Driver:
             hitl_mode=policy.hitl_mode,
             output=output,
             expires_at=expires_at,
+            approvers=policy.approvers,
+            quorum=policy.quorum,
+            four_eyes=policy.four_eyes,
         )
 
     # -- settling the open step ------------------------------------------------------

@@ -13,9 +13,11 @@ from agents.services.approvals import (
 from agents.services.effects import sideeffect_record
 from agents.services.errors import (
     AlreadyDecided,
+    DigestMismatch,
     InvalidInput,
     LeaseLost,
     NotFound,
+    NotPermitted,
     ServiceError,
     WrongState,
 )
@@ -46,9 +48,11 @@ __all__ = [
     "AlreadyDecided",
     "Attempt",
     "Decision",
+    "DigestMismatch",
     "InvalidInput",
     "LeaseLost",
     "NotFound",
+    "NotPermitted",
     "PlannedCall",
     "ServiceError",
     "WrongState",

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents import events, ids, sql, text
-from agents.models import Approval, Message, Run, RunEvent, ToolCall
+from agents.models import Approval, Message, Run, RunEvent, ToolCall, arguments_digest
 from agents.services.runs import run_write
 
 
@@ -33,6 +33,10 @@ class PlannedCall:
     output: dict[str, Any] | None = None
     request: dict[str, Any] | None = None  # what a tool asks a person, if it asks itself
     expires_at: datetime | None = None
+    # Who decides (agentfast.yaml): groups or "user:NAME" (empty: any reviewer), how many, four eyes.
+    approvers: tuple[str, ...] = ()
+    quorum: int = 1
+    four_eyes: bool = False
 
 
 def step_open(
@@ -88,7 +92,7 @@ def step_open(
         Message.objects.bulk_create(messages)
         ToolCall.objects.bulk_create(rows)
         Approval.objects.bulk_create(
-            _approval(row, mode=c.hitl_mode, request=c.request, expires_at=c.expires_at)
+            _approval(row, mode=c.hitl_mode, request=c.request, expires_at=c.expires_at, planned=c)
             for c, row in zip(calls, rows, strict=True)
             if c.hitl_mode
         )
@@ -106,7 +110,14 @@ def _repaired(call: PlannedCall) -> PlannedCall:
     )
 
 
-def _approval(call: ToolCall, *, mode: str, request: dict[str, Any] | None, expires_at: datetime | None) -> Approval:
+def _approval(
+    call: ToolCall,
+    *,
+    mode: str,
+    request: dict[str, Any] | None,
+    expires_at: datetime | None,
+    planned: PlannedCall | None = None,
+) -> Approval:
     return Approval(
         id=ids.approval_id(call.run_id, call.call_id),
         run_id=call.run_id,
@@ -115,6 +126,10 @@ def _approval(call: ToolCall, *, mode: str, request: dict[str, Any] | None, expi
         mode=mode,
         request=request,
         expires_at=expires_at,
+        arguments_digest=arguments_digest(call.arguments),
+        approvers=list(planned.approvers) if planned else [],
+        quorum=planned.quorum if planned else 1,
+        four_eyes=planned.four_eyes if planned else False,
     )
 
 
