@@ -197,6 +197,11 @@ class Approval(models.Model):
         return list(votes.order_by("created_at", "id").values_list("voter", flat=True))
 
     @property
+    def waits_for(self) -> str:
+        """Say whom the approval waits for: "finance, user:dan", or "any reviewer"."""
+        return ", ".join(self.approvers) if self.approvers else "any reviewer"
+
+    @property
     def tally(self) -> str:
         """Say how far the quorum is: "1 of 2 approvals: bob"."""
         voters = self.counted_voters

@@ -7,9 +7,11 @@ eyes and they started the run). Standing grants build on `refusal` too.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db.models import Q, QuerySet
 
 from agents.models import Approval
 
@@ -17,21 +19,22 @@ DECIDE = "agents.decide_approval"
 USER_PREFIX = "user:"
 
 
-def refusal(user: Any, approval: Approval) -> str | None:
+def refusal(user: Any, approval: Approval, groups: set[str] | None = None) -> str | None:
     """Return why this user may not decide this approval, or None when they may."""
-    if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE)):
-        return f"{user.get_username() or 'an anonymous user'} is not an active reviewer"
-    return restriction(user, approval)
+    return refusal_of_role(user) or restriction(user, approval, groups)
 
 
 def may_decide(user: Any, approval: Approval) -> bool:
     return refusal(user, approval) is None
 
 
-def restriction(user: Any, approval: Approval) -> str | None:
-    """Return why the approval's own restrictions (approvers, four eyes) exclude this reviewer, or None."""
+def restriction(user: Any, approval: Approval, groups: set[str] | None = None) -> str | None:
+    """Return why the approval's own restrictions (approvers, four eyes) exclude this reviewer, or None.
+
+    `groups` are the user's group names when the caller read them already (a page of cards).
+    """
     username = user.get_username()
-    if approval.approvers and not _is_approver(user, approval.approvers):
+    if approval.approvers and not _is_approver(user, approval.approvers, groups):
         return f"{username} is not among the approvers of this call ({waits_for(approval)})"
     if approval.four_eyes and username == approval.run.created_by:
         return f"{username} started this run, and four eyes are required: someone else must approve it"
@@ -53,14 +56,41 @@ def refusal_for_name(username: str, approval: Approval) -> str | None:
     return refusal(user, approval)
 
 
-def _is_approver(user: Any, approvers: list[str]) -> bool:
+def decidable(user: Any, approvals: QuerySet[Approval]) -> QuerySet[Approval]:
+    """Narrow approvals to those this user may decide (the inbox's "For me")."""
+    if refusal_of_role(user) is not None:
+        return approvals.none()
+    open_to_all = Q(approvers=[], four_eyes=False)
+    restricted = approvals.exclude(open_to_all).select_related("run")
+    groups = group_names(user)
+    allowed = [approval.pk for approval in restricted if restriction(user, approval, groups) is None]
+    return approvals.filter(open_to_all | Q(pk__in=allowed))
+
+
+def mark(user: Any, approvals: Iterable[Approval]) -> None:
+    """Note on each approval whether this user may decide it (`decidable`), for the cards to show."""
+    groups = group_names(user) if user.is_authenticated else set()
+    for approval in approvals:
+        approval.decidable = refusal(user, approval, groups) is None  # type: ignore[attr-defined]
+
+
+def refusal_of_role(user: Any) -> str | None:
+    if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE)):
+        return f"{user.get_username() or 'an anonymous user'} is not an active reviewer"
+    return None
+
+
+def _is_approver(user: Any, approvers: list[str], groups: set[str] | None) -> bool:
     names = {entry.removeprefix(USER_PREFIX) for entry in approvers if entry.startswith(USER_PREFIX)}
     if user.get_username() in names:
         return True
-    groups = [entry for entry in approvers if not entry.startswith(USER_PREFIX)]
-    return bool(groups) and user.groups.filter(name__in=groups).exists()
+    wanted = {entry for entry in approvers if not entry.startswith(USER_PREFIX)}
+    return bool(wanted & (group_names(user) if groups is None else groups))
+
+
+def group_names(user: Any) -> set[str]:
+    return set(user.groups.values_list("name", flat=True))
 
 
 def waits_for(approval: Approval) -> str:
-    """Say whom an approval waits for: "finance, user:dan" or "any reviewer"."""
-    return ", ".join(approval.approvers) if approval.approvers else "any reviewer"
+    return approval.waits_for
