@@ -42,7 +42,7 @@ from agents.services.steps import (
     toolcall_record_result,
 )
 from agents.services.tokens import token_authenticate, token_create, token_revoke
-from agents.services.users import role_groups_ensure, user_create, user_set_password
+from agents.services.users import role_groups_ensure, user_create, user_set_groups, user_set_password
 
 __all__ = [
     "AlreadyDecided",
@@ -81,5 +81,6 @@ __all__ = [
     "token_create",
     "token_revoke",
     "user_create",
+    "user_set_groups",
     "user_set_password",
 ]
