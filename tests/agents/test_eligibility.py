@@ -212,3 +212,24 @@ def test_it_refuses_bad_who_decides_keys_naming_the_key(agent_config, entry: str
 
     with pytest.raises(ConfigError, match=problem.replace(".", r"\.")):
         get_policy()
+
+
+def test_it_creates_users_in_groups_and_sets_their_groups_from_the_cli(db, capsys):
+    code, out, _ = run_cli(
+        capsys, "users", "create", "erin", "--role", "reviewer", "--group", "finance", "--group", "managers"
+    )
+    assert code == 0 and "created reviewer erin in finance, managers" in out
+    erin = User.objects.get(username="erin")
+    assert set(erin.groups.values_list("name", flat=True)) == {"reviewer", "finance", "managers"}
+
+    code, out, _ = run_cli(capsys, "users", "groups", "erin", "finance-leads")
+
+    assert code == 0 and out.strip() == "erin is in finance-leads"
+    assert set(erin.groups.values_list("name", flat=True)) == {"reviewer", "finance-leads"}
+
+
+def test_it_refuses_a_role_as_an_approver_group_from_the_cli(alice, capsys):
+    code, _, err = run_cli(capsys, "users", "groups", "alice", "admin")
+
+    assert code == 1 and "'admin' is a role" in err
+    assert set(alice.groups.values_list("name", flat=True)) == {"reviewer"}

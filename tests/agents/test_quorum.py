@@ -43,7 +43,11 @@ def test_it_stores_the_digest_of_the_canonical_json_of_the_arguments(two_needed:
 
 def test_it_runs_the_call_once_two_distinct_reviewers_approved(two_needed: Approval):
     first = decide(two_needed, "approved", by="alice", auto_resume=False)
-    assert (first.outcome, first.approval.status, first.approval.tally) == ("voted", "pending", "1 of 2 approvals: alice")
+    assert (first.outcome, first.approval.status, first.approval.tally) == (
+        "voted",
+        "pending",
+        "1 of 2 approvals: alice",
+    )
 
     again = decide(two_needed, "approved", by="alice", auto_resume=False)
     assert again.outcome == "idempotent"
