@@ -123,7 +123,10 @@ class NotPermitted(ApiError):
 def run_create(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]]:
     """Start a run of an agent; a worker drives it."""
     run = services.run_create(
-        agent=body.agent, input=body.input, auto_resume=body.auto_resume, created_by=request.user.get_username(),
+        agent=body.agent,
+        input=body.input,
+        auto_resume=body.auto_resume,
+        created_by=request.user.get_username(),
         started_from="api",
     )
     return Status(201, serializers.run_detail(run))

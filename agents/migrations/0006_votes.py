@@ -23,50 +23,83 @@ def join_playground_creators(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agents', '0004_policy_fields'),
+        ("agents", "0004_policy_fields"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='approval',
-            name='arguments_digest',
+            model_name="approval",
+            name="arguments_digest",
             field=models.CharField(blank=True, max_length=64),
         ),
         migrations.AddField(
-            model_name='run',
-            name='started_from',
+            model_name="run",
+            name="started_from",
             field=models.CharField(blank=True, max_length=20),
         ),
         migrations.AlterField(
-            model_name='auditentry',
-            name='outcome',
-            field=models.CharField(choices=[('decided', 'Decided'), ('idempotent', 'Idempotent'), ('already_decided', 'Already Decided'), ('invalid_arguments', 'Invalid Arguments'), ('not_permitted', 'Not Permitted'), ('not_found', 'Not Found'), ('expired', 'Expired'), ('voted', 'Voted'), ('digest_mismatch', 'Digest Mismatch')], max_length=20),
+            model_name="auditentry",
+            name="outcome",
+            field=models.CharField(
+                choices=[
+                    ("decided", "Decided"),
+                    ("idempotent", "Idempotent"),
+                    ("already_decided", "Already Decided"),
+                    ("invalid_arguments", "Invalid Arguments"),
+                    ("not_permitted", "Not Permitted"),
+                    ("not_found", "Not Found"),
+                    ("expired", "Expired"),
+                    ("voted", "Voted"),
+                    ("digest_mismatch", "Digest Mismatch"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.AlterField(
-            model_name='runevent',
-            name='type',
-            field=models.CharField(choices=[('message', 'Message'), ('delta', 'Delta'), ('tool_call', 'Tool Call'), ('tool_result', 'Tool Result'), ('approval_required', 'Approval Required'), ('approval_decided', 'Approval Decided'), ('approval_voted', 'Approval Voted'), ('run_status', 'Run Status')], max_length=20),
+            model_name="runevent",
+            name="type",
+            field=models.CharField(
+                choices=[
+                    ("message", "Message"),
+                    ("delta", "Delta"),
+                    ("tool_call", "Tool Call"),
+                    ("tool_result", "Tool Result"),
+                    ("approval_required", "Approval Required"),
+                    ("approval_decided", "Approval Decided"),
+                    ("approval_voted", "Approval Voted"),
+                    ("run_status", "Run Status"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.CreateModel(
-            name='Vote',
+            name="Vote",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('voter', models.CharField(max_length=150)),
-                ('decision', models.CharField(max_length=10)),
-                ('arguments_digest', models.CharField(max_length=64)),
-                ('arguments', models.JSONField(blank=True, null=True)),
-                ('note', models.TextField(blank=True)),
-                ('source', models.CharField(max_length=10)),
-                ('origin', models.CharField(blank=True, max_length=200)),
-                ('policy_version', models.CharField(blank=True, max_length=64)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('approval', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='votes', to='agents.approval')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("voter", models.CharField(max_length=150)),
+                ("decision", models.CharField(max_length=10)),
+                ("arguments_digest", models.CharField(max_length=64)),
+                ("arguments", models.JSONField(blank=True, null=True)),
+                ("note", models.TextField(blank=True)),
+                ("source", models.CharField(max_length=10)),
+                ("origin", models.CharField(blank=True, max_length=200)),
+                ("policy_version", models.CharField(blank=True, max_length=64)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "approval",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="votes", to="agents.approval"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at', 'id'],
-                'constraints': [models.UniqueConstraint(fields=('approval', 'voter', 'arguments_digest', 'decision'), name='vote_once_per_digest')],
+                "ordering": ["created_at", "id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("approval", "voter", "arguments_digest", "decision"), name="vote_once_per_digest"
+                    )
+                ],
             },
         ),
         migrations.RunPython(split_playground_creators, join_playground_creators),

@@ -15,7 +15,7 @@ from django.test import Client
 from agents import runtime, services
 from agents.models import Approval, AuditEntry, Run, SideEffect, Vote, arguments_digest
 from dashboard import cli
-from tests.agents.test_races import N, RUNNERS
+from tests.agents.test_races import RUNNERS, N
 from tests.support.flows import decide, pending, resume, start
 from tests.support.policies import support_yaml
 
