@@ -131,24 +131,31 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
         Approval.objects.filter(pk=approval.pk).update(
             arguments=approval.arguments, arguments_digest=approval.arguments_digest
         )
-    _, created = Vote.objects.get_or_create(
-        approval=approval,
-        voter=_fit(ask.attempt.decider, Vote, "voter"),
-        arguments_digest=approval.digest,
-        decision=ask.decision,
-        defaults={
-            "arguments": ask.arguments if edited else None,
-            "note": ask.note,
-            "source": _fit(ask.attempt.source, Vote, "source"),
-            "origin": _fit(ask.attempt.origin, Vote, "origin"),
-            "policy_version": approval.policy_version,
-        },
-    )
-    if not created:
+    key = {"voter": _fit(ask.attempt.decider, Vote, "voter"), "arguments_digest": approval.digest}
+    # The approval's row lock serializes its votes: a plain check then insert cannot race here
+    # (the unique constraint would still refuse a double).
+    repeated = Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists()
+    if not repeated:
+        Vote.objects.create(
+            approval=approval,
+            decision=ask.decision,
+            arguments=ask.arguments if edited else None,
+            note=ask.note,
+            source=_fit(ask.attempt.source, Vote, "source"),
+            origin=_fit(ask.attempt.origin, Vote, "origin"),
+            policy_version=approval.policy_version,
+            **key,
+        )
+    if repeated:
         detail = {"note": ask.note, "arguments_digest": approval.digest, "tally": approval.tally}
         _audit(approval, ask.attempt, action=ask.decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail=detail)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.IDEMPOTENT)
-    if ask.decision == Approval.Status.APPROVED and len(approval.counted_voters) < approval.quorum:
+    # A quorum of 1 is met by this very vote: no need to count.
+    if (
+        ask.decision == Approval.Status.APPROVED
+        and approval.quorum > 1
+        and len(approval.counted_voters) < approval.quorum
+    ):
         _announce_vote(approval, ask, edited)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.VOTED)
     return _conclude(approval, ask)
