@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 APPROVALS_GROUP = "approvals"
 _MAX_DEPTH = 64  # event data wraps arguments (nested at most 32 deep) in a few levels
 # Events that reviewers' inboxes care about, whichever run they belong to.
-_APPROVAL_EVENTS = {RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_DECIDED}
+_APPROVAL_EVENTS = {RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_VOTED, RunEvent.Type.APPROVAL_DECIDED}
 
 
 def run_group(run_id: str) -> str:

@@ -5,8 +5,19 @@ Every write goes through agents.services; these classes only describe the rows.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from typing import Any
+
 from django.db import models
 from django.utils import timezone
+
+
+def arguments_digest(arguments: dict[str, Any] | None) -> str:
+    """Return the sha256 of the arguments' canonical JSON: what a decision is bound to."""
+    canonical = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # A lone surrogate (stored text is repaired, but be total) must not make a digest fail.
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Run(models.Model):
@@ -28,7 +39,8 @@ class Run(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     input = models.TextField()
     auto_resume = models.BooleanField(default=True)
-    created_by = models.CharField(max_length=150, blank=True)
+    created_by = models.CharField(max_length=150, blank=True)  # a username (four-eyes compares it)
+    started_from = models.CharField(max_length=20, blank=True)  # api, cli, playground (empty: unknown)
     # Who drives the run now; a compare-and-set on lease_expires_at hands it out (invariant 5).
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
@@ -150,6 +162,8 @@ class Approval(models.Model):
     quorum = models.PositiveSmallIntegerField(default=1)
     four_eyes = models.BooleanField(default=False)
     policy_version = models.CharField(max_length=64, blank=True)
+    # The digest of the arguments a decision now approves (the edited ones once edited).
+    arguments_digest = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -163,6 +177,64 @@ class Approval(models.Model):
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
 
+    @property
+    def current_arguments(self) -> dict[str, Any] | None:
+        """Return the arguments a decision now approves: the last edit, else the model's."""
+        return self.arguments if self.arguments is not None else self.tool_call.arguments
+
+    @property
+    def digest(self) -> str:
+        """Return the digest of the current arguments (computed for rows older than the column)."""
+        return self.arguments_digest or arguments_digest(self.current_arguments)
+
+    @property
+    def short_digest(self) -> str:
+        return self.digest[:12]
+
+    @property
+    def counted_voters(self) -> list[str]:
+        """Return who approved the current arguments, in order (their votes count towards the quorum)."""
+        votes = self.votes.filter(decision=self.Status.APPROVED, arguments_digest=self.digest)
+        return list(votes.order_by("created_at", "id").values_list("voter", flat=True))
+
+    @property
+    def waits_for(self) -> str:
+        """Say whom the approval waits for: "finance, user:dan", or "any reviewer"."""
+        return ", ".join(self.approvers) if self.approvers else "any reviewer"
+
+    @property
+    def tally(self) -> str:
+        """Say how far the quorum is: "1 of 2 approvals: bob"."""
+        voters = self.counted_voters
+        return f"{len(voters)} of {self.quorum} approvals" + (f": {', '.join(voters)}" if voters else "")
+
+
+class Vote(models.Model):
+    """One person's decision on an approval, bound to the digest of the arguments it approves."""
+
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes")
+    voter = models.CharField(max_length=150)  # a username, from authentication (or the CLI's --by)
+    decision = models.CharField(max_length=10)  # approved or rejected
+    arguments_digest = models.CharField(max_length=64)
+    arguments = models.JSONField(null=True, blank=True)  # this voter's edit, if any
+    note = models.TextField(blank=True)
+    source = models.CharField(max_length=10)  # AuditEntry.Source
+    origin = models.CharField(max_length=200, blank=True)
+    policy_version = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            # The same person approving the same arguments again is one vote (idempotent).
+            models.UniqueConstraint(
+                fields=["approval", "voter", "arguments_digest", "decision"], name="vote_once_per_digest"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.voter} {self.decision} {self.approval_id}"
+
 
 class RunEvent(models.Model):
     """Append-only log of what a viewer of a run may want; SSE replays it by seq."""
@@ -174,6 +246,7 @@ class RunEvent(models.Model):
         TOOL_RESULT = "tool_result"
         APPROVAL_REQUIRED = "approval_required"
         APPROVAL_DECIDED = "approval_decided"
+        APPROVAL_VOTED = "approval_voted"  # an approval counted towards a quorum not yet reached
         RUN_STATUS = "run_status"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
@@ -207,6 +280,8 @@ class AuditEntry(models.Model):
         NOT_PERMITTED = "not_permitted"
         NOT_FOUND = "not_found"
         EXPIRED = "expired"
+        VOTED = "voted"  # an approval counted; the quorum is not reached yet
+        DIGEST_MISMATCH = "digest_mismatch"  # the arguments changed since the reviewer looked
 
     approval_id = models.CharField(max_length=200, db_index=True)
     run_id = models.CharField(max_length=40, blank=True, db_index=True)

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer
 
 from agents import text
-from agents.models import Approval, Message, Run, SideEffect, ToolCall
+from agents.models import Approval, Message, Run, SideEffect, ToolCall, Vote
 
 # Stored JSON may predate the text rules: repair it rather than fail to show it.
 Json = Annotated[Any, BeforeValidator(text.repair)]
@@ -45,6 +45,34 @@ class ApprovalSummary(_Shape):
         return cls(**_approval_summary(approval))
 
 
+class VoteShape(_Shape):
+    """One person's vote, bound to the digest of the arguments it approves or rejects."""
+
+    voter: str
+    decision: str
+    arguments_digest: str
+    counts: bool  # an approval of the current arguments: it counts towards the quorum
+    arguments: JsonObject  # this voter's edit, if any
+    note: str
+    source: str
+    policy_version: str
+    created_at: Timestamp
+
+    @classmethod
+    def of(cls, vote: Vote, *, current_digest: str = "") -> Self:
+        return cls(
+            voter=vote.voter,
+            decision=vote.decision,
+            arguments_digest=vote.arguments_digest,
+            counts=vote.decision == Approval.Status.APPROVED and vote.arguments_digest == current_digest,
+            arguments=vote.arguments,
+            note=vote.note,
+            source=vote.source,
+            policy_version=vote.policy_version,
+            created_at=vote.created_at,
+        )
+
+
 class ApprovalDetail(ApprovalSummary):
     agent: str
     request: JsonObject
@@ -55,6 +83,16 @@ class ApprovalDetail(ApprovalSummary):
     edited_arguments: JsonObject
     payload: JsonObject
     expires_at: Timestamp
+    # Who decides and how far it is: the digest of the arguments a decision now approves
+    # (compare it with `expect_digest`), the approvers (groups or user:NAME; empty: any
+    # reviewer), the quorum, four eyes, the votes, and "1 of 2 approvals: bob".
+    arguments_digest: str
+    approvers: list[str]
+    quorum: int
+    four_eyes: bool
+    policy_version: str
+    votes: list[VoteShape]
+    tally: str
 
     @classmethod
     def of(cls, approval: Approval) -> Self:
@@ -215,6 +253,13 @@ def _approval_detail(approval: Approval) -> dict[str, Any]:
         "edited_arguments": approval.arguments,
         "payload": approval.payload,
         "expires_at": approval.expires_at,
+        "arguments_digest": approval.digest,
+        "approvers": list(approval.approvers or []),
+        "quorum": approval.quorum,
+        "four_eyes": approval.four_eyes,
+        "policy_version": approval.policy_version,
+        "votes": [VoteShape.of(vote, current_digest=approval.digest) for vote in approval.votes.order_by("created_at")],
+        "tally": approval.tally,
     }
 
 

@@ -22,7 +22,7 @@ from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.operation import Operation
 
-from agents import selectors, serializers, services
+from agents import schemas, selectors, serializers, services
 from agents.models import AuditEntry, Run
 from agents.services import Attempt
 from dashboard import sse
@@ -33,7 +33,6 @@ from dashboard.api_schemas import (
     ApprovalStatus,
     ConflictOut,
     DecideIn,
-    DecisionOut,
     ErrorOut,
     Id,
     LeaseHeldOut,
@@ -124,7 +123,11 @@ class NotPermitted(ApiError):
 def run_create(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]]:
     """Start a run of an agent; a worker drives it."""
     run = services.run_create(
-        agent=body.agent, input=body.input, auto_resume=body.auto_resume, created_by=request.user.get_username()
+        agent=body.agent,
+        input=body.input,
+        auto_resume=body.auto_resume,
+        created_by=request.user.get_username(),
+        started_from="api",
     )
     return Status(201, serializers.run_detail(run))
 
@@ -221,11 +224,15 @@ def approval_detail(request: HttpRequest, approval_id: Id) -> dict[str, Any]:
 @api.post(
     "/approvals/{approval_id}/decide",
     url_name=DECIDE,
-    response={200: DecisionOut, 409: ConflictOut, **_WRITE_ERRORS, 422: ConflictOut},
+    response={200: schemas.Decision, 409: ConflictOut, **_WRITE_ERRORS, 422: ConflictOut},
     tags=["approvals"],
 )
 def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> dict[str, Any]:
-    """Approve or reject; the first decision wins, repeating it changes nothing."""
+    """Approve or reject; a rejection or the quorum's last approval decides, repeating a vote changes nothing.
+
+    An approval that needs more approvers answers `outcome: voted` with the votes so far;
+    one the caller may not decide (approvers, four eyes) is refused with 403.
+    """
     attempt = attempt_from(request, source=AuditEntry.Source.API, on_behalf_of=body.decided_by or "")
     _refuse_unless_may_speak_for(request, approval_id, body.decision, attempt)
     decision = services.approval_decide(
@@ -237,12 +244,12 @@ def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> di
         arguments=body.arguments,
         payload=body.payload,
         auto_resume=body.auto_resume,
+        expect_digest=body.expect_digest or "",
     )
-    return {
-        **serializers.approval_detail(decision.approval),
-        "outcome": decision.outcome,
-        "resume_enqueued": decision.resume_enqueued,
-    }
+    approval = selectors.approval_get(decision.approval.id)
+    return schemas.Decision.of_decision(
+        approval, outcome=decision.outcome, resume_enqueued=decision.resume_enqueued
+    ).as_json()
 
 
 @api.get(
@@ -300,6 +307,8 @@ _SERVICE_STATUS = {
     services.AlreadyDecided: 409,
     services.WrongState: 422,
     services.LeaseLost: 409,
+    services.NotPermitted: 403,
+    services.DigestMismatch: 409,
 }
 
 
@@ -316,6 +325,8 @@ def _service_error(request: HttpRequest, exc: services.ServiceError) -> HttpResp
     body: dict[str, Any] = {"error_code": exc.code, "message": exc.message}
     if "field" in exc.details:
         body["field"] = exc.details["field"]
+    if "arguments_digest" in exc.details:  # what the arguments are now
+        body["arguments_digest"] = exc.details["arguments_digest"]
     if "approval" in exc.details:  # the decision that stands
         body["approval"] = serializers.approval_detail(exc.details["approval"])
     return JsonResponse(body, status=_SERVICE_STATUS.get(type(exc), 400))

@@ -71,6 +71,11 @@ class DecideIn(_Strict):
     auto_resume: bool | None = Field(
         None, description="false: leave the resume to the caller (default: the run's setting)"
     )
+    expect_digest: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{12,64}$")] | None = Field(
+        None,
+        description="The arguments_digest you saw (whole, or its first 12 hex digits): "
+        "refused with 409 if the arguments changed since",
+    )
 
 
 # -- responses ---------------------------------------------------------------------------
@@ -111,6 +116,7 @@ class DecisionOut(ApprovalDetailOut):
 
 class ConflictOut(ErrorOut):
     approval: ApprovalDetailOut | None = None
+    arguments_digest: str | None = None  # digest_mismatch: what the arguments are now
 
 
 class LeaseHeldOut(ErrorOut):

@@ -20,6 +20,7 @@ from django.template.loader import render_to_string
 
 from agents import events, selectors, services, text
 from agents.models import Approval, RunEvent
+from agents.services import eligibility
 from dashboard.auth import is_reviewer
 from dashboard.forms import InboxFilter
 
@@ -92,7 +93,8 @@ class InboxConsumer(_GroupConsumer):
 
     def group_to_join(self) -> str:
         params = QueryDict(self.scope["query_string"].decode())
-        self.filters = InboxFilter(params)
+        # "For me" is this connection's user's: each socket renders its own cards.
+        self.filters = InboxFilter(params, user=self.scope["user"])
         # Cards slide in on the first page only; later pages would show them out of order.
         self.first_page = params.get("page", "1") in ("", "1")
         return events.APPROVALS_GROUP
@@ -100,6 +102,8 @@ class InboxConsumer(_GroupConsumer):
     def run_event(self, message: dict[str, Any]) -> None:
         if message["event"] == RunEvent.Type.APPROVAL_REQUIRED:
             html = self._card(message["data"]["approval_id"])
+        elif message["event"] == RunEvent.Type.APPROVAL_VOTED:
+            html = self._card(message["data"]["approval_id"], replace=True)
         elif message["event"] == RunEvent.Type.APPROVAL_DECIDED:
             html = render_to_string("dashboard/_card_gone.html", {"approval_id": message["data"]["approval_id"]})
         else:
@@ -108,13 +112,19 @@ class InboxConsumer(_GroupConsumer):
             count = self.filters.pending_approvals().count()
             self.push(html + render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True}))
 
-    def _card(self, approval_id: str) -> str | None:
+    def _card(self, approval_id: str, *, replace: bool = False) -> str | None:
+        """Render a new card to insert, or (a vote) the card to swap in where it is shown."""
         try:
             approval = selectors.approval_get(approval_id)
         except services.NotFound:
             return None
         # Decided already (a fast reviewer) or filtered out: nothing to add.
-        if approval.status != Approval.Status.PENDING or not self.first_page or not self.filters.matches(approval):
+        if approval.status != Approval.Status.PENDING or not self.filters.matches(approval):
+            return None
+        eligibility.mark(self.scope["user"], [approval])
+        if replace:  # htmx swaps it only where this card is on the page
+            return render_to_string("dashboard/_approval_card.html", {"approval": approval, "oob": True})
+        if not self.first_page:
             return None
         return render_to_string("dashboard/_card_push.html", {"approval": approval})
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 from agents import selectors
 from agents import text as agents_text
 from agents.models import Approval, AuditEntry, Run
+from agents.services import eligibility
 from agents.services.approvals import MAX_TEXT_CHARS
 
 
@@ -24,11 +25,14 @@ class DecisionForm(forms.Form):
     note = forms.CharField(required=False, max_length=MAX_TEXT_CHARS)
     feedback = forms.CharField(required=False, max_length=MAX_TEXT_CHARS)
     answer = forms.CharField(required=False, max_length=MAX_TEXT_CHARS)
+    # The digest of the arguments the reviewer saw: the decision is refused (409) if they changed.
+    expect_digest = forms.RegexField(required=False, regex=r"^[0-9a-fA-F]{12,64}$")
 
     def __init__(self, *args: Any, approval: Approval, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.approval = approval
-        self.fields["arguments"].initial = agents_text.dumps(approval.tool_call.arguments or {}, indent=2)
+        self.fields["arguments"].initial = agents_text.dumps(approval.current_arguments or {}, indent=2)
+        self.fields["expect_digest"].initial = approval.digest
 
     def clean_arguments(self) -> dict[str, Any] | None:
         text = self.cleaned_data["arguments"].strip()
@@ -52,7 +56,7 @@ class DecisionForm(forms.Form):
         and a rejection never carries arguments.
         """
         arguments = self.cleaned_data.get("arguments")
-        if self.cleaned_data["decision"] != Approval.Status.APPROVED or arguments == self.approval.tool_call.arguments:
+        if self.cleaned_data["decision"] != Approval.Status.APPROVED or arguments == self.approval.current_arguments:
             return None
         return arguments
 
@@ -70,22 +74,36 @@ class DecisionForm(forms.Form):
 
 
 class InboxFilter(forms.Form):
+    """The inbox's filters: "For me" (what this reviewer may decide, the default) or "All", agent, tool."""
+
+    MINE, ALL = "mine", "all"
+
+    show = forms.ChoiceField(required=False, choices=[(MINE, "For me"), (ALL, "All")])
     agent = forms.CharField(required=False)
     tool = forms.CharField(required=False)
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.user = user
+
+    @property
+    def for_me(self) -> bool:
+        return not self.is_valid() or self.cleaned_data["show"] != self.ALL
 
     def pending_approvals(self) -> QuerySet[Approval]:
         """Return the pending approvals the filtered inbox lists, newest first."""
         approvals = selectors.approval_list(status=Approval.Status.PENDING)
-        if not self.is_valid():
-            return approvals
-        if agent := self.cleaned_data["agent"]:
-            approvals = approvals.filter(run__agent=agent)
-        if tool := self.cleaned_data["tool"]:
-            approvals = approvals.filter(tool=tool)
-        return approvals
+        if self.is_valid():
+            if agent := self.cleaned_data["agent"]:
+                approvals = approvals.filter(run__agent=agent)
+            if tool := self.cleaned_data["tool"]:
+                approvals = approvals.filter(tool=tool)
+        return eligibility.decidable(self.user, approvals) if self.for_me else approvals
 
     def matches(self, approval: Approval) -> bool:
         """Return whether a live approval belongs in a list with these filters."""
+        if self.for_me and not eligibility.may_decide(self.user, approval):
+            return False
         if not self.is_valid():
             return True
         agent, tool = self.cleaned_data["agent"], self.cleaned_data["tool"]

@@ -3,8 +3,8 @@
 The page drives its runs itself, through the JSON API: it creates a run here (queued,
 auto_resume off, so no worker races it), then POSTs /api/runs/{id}/resume with
 `Accept: text/event-stream` to drive and stream it; after an inline approval it resumes
-and streams again from the last seq it rendered. Runs started here carry a created_by
-of "<user> (playground)", which is how the page finds your recent ones.
+and streams again from the last seq it rendered. Runs started here carry the user's
+name as created_by and started_from "playground", which is how the page finds your recent ones.
 
 An agent composed on the page (system prompt, tools and their risk, model) travels with its
 run (Run.agent_config), so any worker can drive it; it is named after a hash of its
@@ -55,13 +55,16 @@ DEMO_PROMPTS = (
 )
 
 
+PLAYGROUND = "playground"  # the started_from of runs started here
+
+
 def creator(request: HttpRequest) -> str:
-    """Return the created_by of the runs a user starts in the playground."""
-    return f"{request.user.get_username()} (playground)"
+    """Return the created_by of the runs a user starts in the playground: their username (four eyes compare it)."""
+    return request.user.get_username()
 
 
 def recent_runs(request: HttpRequest) -> QuerySet[Run]:
-    return selectors.run_list().filter(created_by=creator(request))[:HISTORY_SIZE]
+    return selectors.run_list().filter(created_by=creator(request), started_from=PLAYGROUND)[:HISTORY_SIZE]
 
 
 class RunForm(forms.Form):
@@ -153,6 +156,7 @@ def run_create(request: HttpRequest) -> JsonResponse:
             agent_config=agent_config,
             input=form.cleaned_data["input"],
             created_by=creator(request),
+            started_from=PLAYGROUND,
             auto_resume=False,
             enqueue=False,
         )

@@ -27,6 +27,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from agents import selectors, services, text
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent
+from agents.services import eligibility
 from agents.tools import registry
 from dashboard import playground
 from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_required
@@ -62,13 +63,15 @@ def _query_without_page(request: HttpRequest) -> str:
 @reviewer_required
 @_live_page
 def inbox(request: HttpRequest) -> HttpResponse:
-    filters = InboxFilter(request.GET)
+    filters = InboxFilter(request.GET, user=request.user)
     page = _page(filters.pending_approvals(), request, INBOX_PAGE_SIZE)
+    eligibility.mark(request.user, page.object_list)
     context = {
         "page": page,
         "count": page.paginator.count,
         "filters": filters,
         "filtered": any(filters.data.get(key) for key in ("agent", "tool")),
+        "for_me": filters.for_me,
         "agents": Run.objects.order_by("agent").values_list("agent", flat=True).distinct(),
         "tools": Approval.objects.order_by("tool").values_list("tool", flat=True).distinct(),
         "query": _query_without_page(request),
@@ -128,6 +131,7 @@ def _arguments_table(schema: dict[str, Any]) -> list[dict[str, Any]]:
 @reviewer_required
 def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     approval = _approval_or_404(approval_id)
+    eligibility.mark(request.user, [approval])
     return render(request, "dashboard/approval.html", _approval_context(approval, DecisionForm(approval=approval)))
 
 
@@ -149,12 +153,16 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
         _refuse(request, approval_id, AuditEntry.Outcome.NOT_FOUND, "no such approval")
         raise
     form = DecisionForm(request.POST, approval=approval)
+    refusal = ""
     if form.is_valid():
-        status, approval = _decide(request, form)
+        status, approval, refusal = _decide(request, form)
     else:
         _refuse(request, approval_id, AuditEntry.Outcome.INVALID_ARGUMENTS, _errors_text(form))
         status = 422
-    context = {"approval": approval, "form": form, "conflict": status == 409}
+    eligibility.mark(request.user, [approval])
+    if status != 422:
+        form = DecisionForm(approval=approval)  # a fresh form: the current arguments and their digest
+    context = {"approval": approval, "form": form, "conflict": status == 409 and not refusal, "refusal": refusal}
     if request.htmx and request.htmx.target == f"card-{approval.id}":
         return render(request, "dashboard/_approval_card.html", context, status=status)
     if request.htmx:
@@ -162,7 +170,10 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     if status == 200:
         return redirect("approval", approval_id=approval.id)
     return render(
-        request, "dashboard/approval.html", _approval_context(approval, form, conflict=status == 409), status=status
+        request,
+        "dashboard/approval.html",
+        _approval_context(approval, form, conflict=context["conflict"], refusal=refusal),
+        status=status,
     )
 
 
@@ -178,8 +189,8 @@ def _errors_text(form: DecisionForm) -> str:
     return "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
 
 
-def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval]:
-    """Call the service; return the HTTP status and the approval as it now stands."""
+def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval, str]:
+    """Call the service; return the HTTP status, the approval as it now stands, and why it was refused."""
     data = form.cleaned_data
     try:
         services.approval_decide(
@@ -191,13 +202,18 @@ def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval]:
             feedback=data["feedback"],
             arguments=form.edited_arguments(),
             payload=form.payload(),
+            expect_digest=data["expect_digest"],
         )
     except (services.AlreadyDecided, services.WrongState):
-        return 409, selectors.approval_get(form.approval.id)
+        return 409, selectors.approval_get(form.approval.id), ""
+    except services.DigestMismatch as exc:
+        return 409, selectors.approval_get(form.approval.id), exc.message
+    except services.NotPermitted as exc:
+        return 403, selectors.approval_get(form.approval.id), exc.message
     except services.InvalidInput as exc:
         form.add_service_error(exc.details.get("field", ""), exc.message)
-        return 422, form.approval
-    return 200, selectors.approval_get(form.approval.id)
+        return 422, form.approval, ""
+    return 200, selectors.approval_get(form.approval.id), ""
 
 
 # -- runs --------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ from typing import Any
 from agents.cli.output import ago, attempt, command, compact, echo, indent, json_object, print_json, print_table
 
 APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired", "all")
+_EXPECT_HELP = "the arguments digest you reviewed (`approvals show`); refused if the arguments changed since"
+_BY_HELP = "who decides; when the call names approvers or four eyes, an existing user allowed to decide it"
 
 
 def register(groups: Any) -> None:
@@ -23,18 +25,20 @@ def register(groups: Any) -> None:
     show.add_argument("id")
     approve = command(actions, "approve", _approve, "approve a call (optionally with edited arguments)", json_flag=True)
     approve.add_argument("id")
-    approve.add_argument("--by", required=True, help="who decides")
+    approve.add_argument("--by", required=True, help=_BY_HELP)
     approve.add_argument("--note", default="")
     approve.add_argument("--args", dest="arguments", help="edited arguments, a JSON object")
     approve.add_argument("--payload", help="a JSON object for a tool that asked a question")
     approve.add_argument("--answer", help="shorthand for --payload '{\"answer\": TEXT}'")
     approve.add_argument("--no-resume", action="store_true", help="leave the resume to the caller")
+    approve.add_argument("--expect-digest", default="", help=_EXPECT_HELP)
     reject = command(actions, "reject", _reject, "reject a call; the model reads the note", json_flag=True)
     reject.add_argument("id")
-    reject.add_argument("--by", required=True, help="who decides")
+    reject.add_argument("--by", required=True, help=_BY_HELP)
     reject.add_argument("--note", default="")
     reject.add_argument("--feedback", default="", help="a message for the model to revise its call with")
     reject.add_argument("--no-resume", action="store_true", help="leave the resume to the caller")
+    reject.add_argument("--expect-digest", default="", help=_EXPECT_HELP)
 
 
 def _list(args: argparse.Namespace) -> None:
@@ -55,15 +59,20 @@ def _list(args: argparse.Namespace) -> None:
 
 
 def _show(args: argparse.Namespace) -> None:
-    from agents import selectors, serializers, text
+    from agents import schemas, selectors, text
 
-    detail = serializers.approval_detail(selectors.approval_get(args.id))
+    detail = schemas.ApprovalDetail.of(selectors.approval_get(args.id)).as_json()
     if args.json:
         return print_json(detail)
     fields = ("id", "run_id", "agent", "tool", "mode", "status", "created_at", "decided_by", "decided_at", "note")
     for key in (*fields, "feedback"):
         if detail[key] not in (None, ""):
             echo(f"{key + ':':12} {detail[key]}")
+    echo(
+        f"{'approvers:':12} {', '.join(detail['approvers']) or 'any reviewer'}" + (" (four eyes)" * detail["four_eyes"])
+    )
+    echo(f"{'votes:':12} {detail['tally']}")
+    echo(f"{'digest:':12} {detail['arguments_digest'][:12]}")
     echo("arguments:\n" + indent(text.dumps(detail["arguments"], indent=2)))
     for key in ("edited_arguments", "request", "payload"):
         if detail[key] is not None:
@@ -84,7 +93,7 @@ def _reject(args: argparse.Namespace) -> None:
 
 
 def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
-    from agents import queue, serializers, services
+    from agents import queue, schemas, selectors, services
 
     who = attempt(args.by)
     result = services.approval_decide(
@@ -93,12 +102,21 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
         attempt=who,
         note=args.note,
         auto_resume=False if args.no_resume else None,
+        expect_digest=args.expect_digest,
         **fields,
     )
+    approval = selectors.approval_get(result.approval.id)
     if args.json:
-        detail = serializers.approval_detail(result.approval)
-        return print_json({**detail, "outcome": result.outcome, "resume_enqueued": result.resume_enqueued})
-    approval = result.approval
+        shape = schemas.Decision.of_decision(approval, outcome=result.outcome, resume_enqueued=result.resume_enqueued)
+        return print_json(shape.as_json())
+    if result.outcome == "voted":
+        echo(
+            f"Approved {approval.id} ({approval.tool}) as {who.decider}: {approval.tally}; it runs at {approval.quorum}."
+        )
+        return None
+    if result.outcome == "idempotent" and approval.status == "pending":
+        echo(f"{who.decider} already approved these arguments of {approval.id}; nothing changed ({approval.tally}).")
+        return None
     if result.outcome == "idempotent":
         echo(f"{approval.id} was already {approval.status} by {approval.decided_by}; nothing changed.")
         return None

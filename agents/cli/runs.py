@@ -48,6 +48,7 @@ def _start(args: argparse.Namespace) -> None:
         agent=args.agent,
         input=args.prompt,
         created_by=args.by or getpass.getuser(),
+        started_from="cli",
         auto_resume=not args.no_auto_resume,
         enqueue=not args.inline,
     )

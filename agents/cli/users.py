@@ -1,4 +1,4 @@
-"""`agentfast users`: create reviewers and admins, set a password."""
+"""`agentfast users`: create reviewers and admins, set their approver groups and password."""
 
 from __future__ import annotations
 
@@ -17,6 +17,12 @@ def register(groups: Any) -> None:
     create.add_argument("--role", required=True, choices=["reviewer", "admin"])
     create.add_argument("--password", help="default: a generated one, printed once")
     create.add_argument("--email", default="")
+    create.add_argument(
+        "--group", action="append", default=[], dest="groups", help="an approver group (repeatable), as in approvers:"
+    )
+    groups = command(actions, "groups", _groups, "set a user's approver groups (their role stays)")
+    groups.add_argument("name")
+    groups.add_argument("groups", nargs="*", metavar="GROUP", help="none: the user leaves every approver group")
     password = command(actions, "password", _password, "set a user's password (asked for unless --password)")
     password.add_argument("name")
     password.add_argument("--password", help="default: ask for it twice, without echo")
@@ -25,8 +31,19 @@ def register(groups: Any) -> None:
 def _create(args: argparse.Namespace) -> None:
     from agents import services
 
-    user, password = services.user_create(username=args.name, role=args.role, password=args.password, email=args.email)
-    echo(f"created {args.role} {user.username}" + ("" if args.password else f" with password {password}"))
+    user, password = services.user_create(
+        username=args.name, role=args.role, password=args.password, email=args.email, groups=tuple(args.groups)
+    )
+    in_groups = f" in {', '.join(args.groups)}" if args.groups else ""
+    echo(f"created {args.role} {user.username}{in_groups}" + ("" if args.password else f" with password {password}"))
+
+
+def _groups(args: argparse.Namespace) -> None:
+    from agents import services
+
+    user = services.user_set_groups(username=args.name, groups=tuple(args.groups))
+    names = sorted(user.groups.exclude(name__in=services.users.ROLES).values_list("name", flat=True))
+    echo(f"{user.username} is in {', '.join(names)}" if names else f"{user.username} is in no approver group")
 
 
 def _password(args: argparse.Namespace) -> None:

@@ -118,10 +118,14 @@ class ToolPolicy(_Entry):
     timeout_seconds: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS, strict=True, allow_inf_nan=False)] | None = (
         None
     )
+    # Who may decide: Django group names, or "user:NAME"; empty means any reviewer.
+    approvers: tuple[StrictStr, ...] = ()
+    quorum: Annotated[int, Field(strict=True, ge=1, le=20)] = 1  # distinct approvers of the same arguments
+    four_eyes: Annotated[bool, Field(strict=True)] = False  # whoever started the run may not approve its calls
     grants: Annotated[bool, Field(strict=True)] = True
     rules: tuple[Rule, ...] = ()
-    # The next keys (approvers, quorum, four_eyes, timeout, on_timeout, escalate_to,
-    # remind_every) are a field each here, and a line each in `floor` below.
+    # The next keys (timeout, on_timeout, escalate_to, remind_every) are a field each here,
+    # and a line each in `floor` below.
 
     @field_validator("risk", mode="before")
     @classmethod
@@ -199,6 +203,11 @@ def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
             "risk": "high",
             "hitl_mode": "suspend" if any(policy.hitl_mode == "suspend" for policy in gated) else "defer",
             "timeout_seconds": next((policy.timeout_seconds for policy in gated if policy.timeout_seconds), None),
+            # Who may decide is the file's to say (an agent narrowing it to itself would be a
+            # way around it); the agent may only ask for more approvers or for four eyes.
+            "approvers": file.approvers or own.approvers,
+            "quorum": max(policy.quorum for policy in gated),
+            "four_eyes": any(policy.four_eyes for policy in gated),
             "grants": grants,
         }
     )
@@ -312,6 +321,9 @@ _FIELD_PROBLEMS = {
     "description": "must be text",
     "base_url": "must be text",
     "model": "must be 'demo' or 'openai:<model name>'",
+    "approvers": "must be a list of group names or user:NAME",
+    "quorum": "must be a whole number from 1 to 20",
+    "four_eyes": "must be true or false",
 }
 
 

@@ -129,9 +129,9 @@ def evaluate(
     listed = facts.tool in policy.tool_overrides or (agent is not None and facts.tool in agent.tool_overrides)
     base = Verdict(
         action="ask" if tool.gated else "allow",
-        approvers=tuple(getattr(tool, "approvers", None) or ()),
-        quorum=getattr(tool, "quorum", None) or 1,
-        four_eyes=bool(getattr(tool, "four_eyes", False)),
+        approvers=tuple(tool.approvers),
+        quorum=tool.quorum,
+        four_eyes=tool.four_eyes,
         mode=tool.hitl_mode,
         timeout_seconds=tool.timeout_seconds,
         grants=tool.grants,

@@ -14,9 +14,11 @@ from agents.services.audit import audit_append, audit_verify
 from agents.services.effects import sideeffect_record
 from agents.services.errors import (
     AlreadyDecided,
+    DigestMismatch,
     InvalidInput,
     LeaseLost,
     NotFound,
+    NotPermitted,
     ServiceError,
     WrongState,
 )
@@ -41,15 +43,17 @@ from agents.services.steps import (
     toolcall_record_result,
 )
 from agents.services.tokens import token_authenticate, token_create, token_revoke
-from agents.services.users import role_groups_ensure, user_create, user_set_password
+from agents.services.users import role_groups_ensure, user_create, user_set_groups, user_set_password
 
 __all__ = [
     "AlreadyDecided",
     "Attempt",
     "Decision",
+    "DigestMismatch",
     "InvalidInput",
     "LeaseLost",
     "NotFound",
+    "NotPermitted",
     "PlannedCall",
     "ServiceError",
     "WrongState",
@@ -80,5 +84,6 @@ __all__ = [
     "token_create",
     "token_revoke",
     "user_create",
+    "user_set_groups",
     "user_set_password",
 ]

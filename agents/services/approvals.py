@@ -10,20 +10,22 @@ from django.db.models import Model
 from django.utils import timezone
 
 from agents import events, queue, text
-from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall
+from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall, Vote, arguments_digest
+from agents.services import eligibility
 from agents.services.audit import audit_append
-from agents.services.errors import AlreadyDecided, InvalidInput, NotFound, WrongState
+from agents.services.errors import AlreadyDecided, DigestMismatch, InvalidInput, NotFound, NotPermitted, WrongState
 from agents.tools import InvalidArguments, ToolError, registry
 
 DECISIONS = (Approval.Status.APPROVED, Approval.Status.REJECTED)
 MAX_TEXT_CHARS = 10_000
 APPROVAL_ID_CHARS = Approval._meta.get_field("id").max_length
+SHORT_DIGEST_CHARS = 12  # what pages and `approvals show` print of a digest
 
 
 @dataclass(frozen=True)
 class Decision:
     approval: Approval
-    outcome: str  # AuditEntry.Outcome: decided or idempotent
+    outcome: str  # AuditEntry.Outcome: decided, voted (the quorum is not reached yet) or idempotent
     resume_enqueued: bool = False
 
 
@@ -41,6 +43,19 @@ class Attempt:
         return self.on_behalf_of or self.actor
 
 
+@dataclass(frozen=True)
+class _Ask:
+    """What one decision request carries, once validated."""
+
+    decision: str
+    attempt: Attempt
+    note: str
+    feedback: str
+    arguments: dict[str, Any] | None
+    payload: dict[str, Any] | None
+    auto_resume: bool | None
+
+
 def approval_decide(
     *,
     approval_id: str,
@@ -51,39 +66,134 @@ def approval_decide(
     arguments: dict[str, Any] | None = None,
     payload: dict[str, Any] | None = None,
     auto_resume: bool | None = None,
+    expect_digest: str = "",
 ) -> Decision:
-    """Approve or reject a pending approval; the first decision wins (invariant 3).
+    """Vote on a pending approval; a rejection, or the quorum's last approval, decides it (invariant 3).
 
-    1. Validate the request (refusals are audited and change nothing else).
-    2. Compare-and-set pending → decision, with the tool call, audit row and event, in one
-       transaction.
+    1. Validate the request and who asks (refusals are audited and change nothing else).
+    2. Under the run's and the approval's row locks: refuse if the arguments are no longer
+       those the reviewer saw (`expect_digest`); record the vote, bound to the digest of
+       the arguments it approves (an edit makes them the current ones); a rejection, or
+       `quorum` distinct approvals of the current digest, compare-and-sets pending →
+       decision with the tool call, audit row and event, in one transaction.
     3. On commit, enqueue the resume (the step's last suspend approval, auto_resume on) or
        the execution of a deferred call.
-    Repeating the same decision is idempotent; a different one raises AlreadyDecided.
+    Repeating the same vote is idempotent; a different decision after the end raises AlreadyDecided.
     """
     approval = _get_or_audit(approval_id, decision, attempt)
     arguments = _validated_or_audit(approval, decision, attempt, note, feedback, arguments, payload)
-    fields = {
-        "status": decision,
-        "decided_by": attempt.decider,
-        "decided_at": timezone.now(),
-        "note": note,
-        "feedback": feedback if decision == Approval.Status.REJECTED else "",  # blank otherwise: refused above
-        "arguments": arguments,
-        "payload": payload,
-    }
+    _permitted_or_audit(approval, decision, attempt)
+    ask = _Ask(decision, attempt, note, feedback, arguments, payload, auto_resume)
+    result, mismatch = None, ""
     with transaction.atomic():
         # The run's row first, as run_cancel does, so a decision and a cancel never interleave:
         # a cancel that came first has expired this approval, and the compare-and-set fails.
+        # Then the approval's: concurrent votes count one at a time, so one of them decides.
         _lock_run(approval.run_id)
-        won = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(**fields)
-        if won:
-            for name, value in fields.items():
-                setattr(approval, name, value)
-            resume = _after_decision(approval, attempt, auto_resume)
-    if won:
-        return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume)
+        locked = Approval.objects.select_for_update().select_related("tool_call", "run").get(pk=approval.pk)
+        if locked.status == Approval.Status.PENDING:
+            if expect_digest and not _same_digest(expect_digest, locked.digest):
+                mismatch = locked.digest
+            else:
+                result = _vote(locked, ask)
+    if mismatch:
+        _refuse_mismatch(approval, ask, expect_digest, mismatch)
+    if result is not None:
+        return result
     return _refuse_or_repeat(approval.pk, decision, attempt, note, arguments)
+
+
+def _same_digest(expected: str, current: str) -> bool:
+    """Accept the whole digest or the short one pages print (12 hex digits or more)."""
+    expected = expected.strip().lower()
+    return len(expected) >= SHORT_DIGEST_CHARS and current.startswith(expected)
+
+
+def _permitted_or_audit(approval: Approval, decision: str, attempt: Attempt) -> None:
+    reason = eligibility.refusal_for_name(attempt.decider, approval)
+    if reason is not None:
+        _audit_refusal(approval.pk, attempt, decision, AuditEntry.Outcome.NOT_PERMITTED, {"error": reason}, approval)
+        raise NotPermitted(reason, field="decided_by")
+
+
+def _refuse_mismatch(approval: Approval, ask: _Ask, expected: str, current: str) -> None:
+    message = f"the arguments changed since you saw them (you saw {expected[:12]}, they are now {current[:12]})"
+    detail = {"error": message, "expect_digest": expected, "arguments_digest": current}
+    _audit_refusal(approval.pk, ask.attempt, ask.decision, AuditEntry.Outcome.DIGEST_MISMATCH, detail, approval)
+    raise DigestMismatch(message, arguments_digest=current, approval=Approval.objects.get(pk=approval.pk))
+
+
+def _vote(approval: Approval, ask: _Ask) -> Decision:
+    """Record one vote on the locked, pending approval; decide it when the vote is decisive."""
+    edited = ask.arguments is not None and arguments_digest(ask.arguments) != approval.digest
+    if edited:
+        # An edit is its author's approval of new arguments: approvals of the old ones stop counting.
+        approval.arguments, approval.arguments_digest = ask.arguments, arguments_digest(ask.arguments)
+        Approval.objects.filter(pk=approval.pk).update(
+            arguments=approval.arguments, arguments_digest=approval.arguments_digest
+        )
+    key = {"voter": _fit(ask.attempt.decider, Vote, "voter"), "arguments_digest": approval.digest}
+    # The approval's row lock serializes its votes: a plain check then insert cannot race here
+    # (the unique constraint would still refuse a double).
+    repeated = Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists()
+    if not repeated:
+        Vote.objects.create(
+            approval=approval,
+            decision=ask.decision,
+            arguments=ask.arguments if edited else None,
+            note=ask.note,
+            source=_fit(ask.attempt.source, Vote, "source"),
+            origin=_fit(ask.attempt.origin, Vote, "origin"),
+            policy_version=approval.policy_version,
+            **key,
+        )
+    if repeated:
+        detail = {"note": ask.note, "arguments_digest": approval.digest, "tally": approval.tally}
+        _audit(approval, ask.attempt, action=ask.decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail=detail)
+        return Decision(approval=approval, outcome=AuditEntry.Outcome.IDEMPOTENT)
+    # A quorum of 1 is met by this very vote: no need to count.
+    if (
+        ask.decision == Approval.Status.APPROVED
+        and approval.quorum > 1
+        and len(approval.counted_voters) < approval.quorum
+    ):
+        _announce_vote(approval, ask, edited)
+        return Decision(approval=approval, outcome=AuditEntry.Outcome.VOTED)
+    return _conclude(approval, ask)
+
+
+def _conclude(approval: Approval, ask: _Ask) -> Decision:
+    fields = {
+        "status": ask.decision,
+        "decided_by": _fit(ask.attempt.decider, Approval, "decided_by"),
+        "decided_at": timezone.now(),
+        "note": ask.note,
+        "feedback": ask.feedback if ask.decision == Approval.Status.REJECTED else "",  # blank otherwise: refused
+        "arguments": approval.arguments,
+        "payload": ask.payload,
+    }
+    Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(**fields)
+    for name, value in fields.items():
+        setattr(approval, name, value)
+    resume = _after_decision(approval, ask.attempt, ask.auto_resume)
+    return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume)
+
+
+def _announce_vote(approval: Approval, ask: _Ask, edited: bool) -> None:
+    """Audit a vote that leaves the quorum unreached, and tell viewers (cards show the tally)."""
+    detail = {**_detail(approval), "note": ask.note, "tally": approval.tally}
+    if not edited:
+        detail.pop("arguments_diff", None)  # an earlier voter's edit, already audited with their vote
+    _audit(approval, ask.attempt, action=ask.decision, outcome=AuditEntry.Outcome.VOTED, detail=detail)
+    data = {
+        "approval_id": approval.id,
+        "tool": approval.tool,
+        "voter": ask.attempt.decider,
+        "tally": approval.tally,
+        "arguments_digest": approval.digest,
+        "edited": edited,
+    }
+    events.publish(run_id=approval.run_id, type=RunEvent.Type.APPROVAL_VOTED, data=data)
 
 
 def _after_decision(approval: Approval, attempt: Attempt, auto_resume: bool | None) -> bool:
@@ -277,7 +387,13 @@ def approval_expire_due() -> int:
 
 
 def _detail(approval: Approval) -> dict[str, Any]:
-    detail: dict[str, Any] = {"note": approval.note}
+    detail: dict[str, Any] = {
+        "note": approval.note,
+        "arguments_digest": approval.digest,
+        "policy_version": approval.policy_version,
+    }
+    if approval.quorum > 1:
+        detail["votes"] = approval.counted_voters
     if approval.feedback:
         detail["feedback"] = approval.feedback
     if approval.payload is not None:

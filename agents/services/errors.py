@@ -38,3 +38,15 @@ class LeaseLost(ServiceError):
     """Another driver took over this run; the caller must stop writing (invariant 5)."""
 
     code = "lease_lost"
+
+
+class NotPermitted(ServiceError):
+    """This person may not decide this approval (not an approver, four eyes); audited."""
+
+    code = "not_permitted"
+
+
+class DigestMismatch(ServiceError):
+    """The arguments changed since the reviewer saw them; `arguments_digest` says what they are now."""
+
+    code = "digest_mismatch"

@@ -37,13 +37,15 @@ def run_create(
     agent: str,
     input: str,
     created_by: str = "",
+    started_from: str = "",
     auto_resume: bool = True,
     enqueue: bool = True,
     agent_config: dict[str, Any] | None = None,
 ) -> Run:
     """Create a queued run with its user message and, unless told not to, enqueue it.
 
-    With `agent_config` the run carries its own agent definition (validated like an
+    `created_by` is a username (four eyes compare it), `started_from` where it was started
+    (api, cli, playground). With `agent_config` the run carries its own agent definition (validated like an
     agentfast.yaml entry) instead of naming a configured one.
     """
     try:
@@ -63,6 +65,7 @@ def run_create(
             agent_config=agent_config,
             input=input,
             created_by=created_by,
+            started_from=started_from,
             auto_resume=auto_resume,
         )
         Message.objects.create(run=run, seq=1, role=Message.Role.USER, content=input)

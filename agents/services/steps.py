@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents import events, ids, sql, text
-from agents.models import Approval, AuditEntry, Message, Run, RunEvent, ToolCall
+from agents.models import Approval, AuditEntry, Message, Run, RunEvent, ToolCall, arguments_digest
 from agents.policy.rules import Verdict
 from agents.services.audit import audit_append
 from agents.services.runs import run_write
@@ -35,7 +35,8 @@ class PlannedCall:
     output: dict[str, Any] | None = None
     request: dict[str, Any] | None = None  # what a tool asks a person, if it asks itself
     expires_at: datetime | None = None
-    # What the policy said: recorded on the approval (asked), or as its decision (allowed or denied by a rule).
+    # What the policy said: recorded on the approval (asked: its rule, approvers, quorum, four
+    # eyes, version), or as its decision (allowed or denied by a rule).
     verdict: Verdict | None = None
 
 
@@ -127,6 +128,7 @@ def _approval(
         mode=mode,
         request=request,
         expires_at=expires_at,
+        arguments_digest=arguments_digest(call.arguments),
     )
     if verdict is not None:
         approval.rule = verdict.rule

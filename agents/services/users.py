@@ -10,6 +10,7 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from agents import text
 from agents.services.errors import InvalidInput
 
 ROLES = ("reviewer", "admin")
@@ -27,6 +28,7 @@ _ADMIN_PERMISSIONS = (
     "view_apitoken",
 )
 _USERNAME_CHARS = User._meta.get_field("username").max_length
+_GROUP_CHARS = Group._meta.get_field("name").max_length
 
 
 def role_groups_ensure() -> dict[str, Group]:
@@ -39,10 +41,13 @@ def role_groups_ensure() -> dict[str, Group]:
     return groups
 
 
-def user_create(*, username: str, role: str, password: str | None = None, email: str = "") -> tuple[User, str]:
-    """Create a reviewer or an admin; return the user and the password (generated if not given)."""
+def user_create(
+    *, username: str, role: str, password: str | None = None, email: str = "", groups: tuple[str, ...] = ()
+) -> tuple[User, str]:
+    """Create a reviewer or an admin, in approver groups; return the user and the password (generated if not given)."""
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}, not {role!r}", field="role")
+    names = _valid_groups(groups)
     username = _valid_username(username)
     if User.objects.filter(username__iexact=username).exists():
         raise InvalidInput(
@@ -58,8 +63,40 @@ def user_create(*, username: str, role: str, password: str | None = None, email:
     with transaction.atomic():
         groups = role_groups_ensure()
         user.save()
-        user.groups.add(groups[role])
+        user.groups.add(groups[role], *_approver_groups(names))
     return user, password
+
+
+def user_set_groups(*, username: str, groups: tuple[str, ...]) -> User:
+    """Set a user's approver groups (agentfast.yaml's `approvers`), keeping their role."""
+    names = _valid_groups(groups)
+    user = User.objects.filter(username__iexact=username.strip()).first()
+    if user is None:
+        raise InvalidInput(f"no user {username!r}", field="username")
+    with transaction.atomic():
+        roles = list(user.groups.filter(name__in=ROLES))
+        user.groups.set([*roles, *_approver_groups(names)])  # m2m_changed: open sockets re-check access
+    return user
+
+
+def _valid_groups(groups: tuple[str, ...]) -> list[str]:
+    """Return the group names without blanks or repeats; a role is not an approver group."""
+    names: list[str] = []
+    for raw in groups:
+        name = raw.strip()
+        if not name or len(name) > _GROUP_CHARS or text.problem(name) is not None:
+            raise InvalidInput(f"the group name {raw!r} is not valid (1 to {_GROUP_CHARS} characters)", field="group")
+        if name in ROLES:
+            raise InvalidInput(f"{name!r} is a role, not an approver group: use --role", field="group")
+        if name.startswith("user:"):
+            raise InvalidInput(f"{name!r} names a user: list users in agentfast.yaml as user:NAME", field="group")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def _approver_groups(names: list[str]) -> list[Group]:
+    return [Group.objects.get_or_create(name=name)[0] for name in names]
 
 
 def _valid_username(username: str) -> str:

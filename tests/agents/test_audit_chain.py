@@ -265,7 +265,7 @@ def test_it_chains_the_entries_written_before_the_migration(transactional_db, ca
     services.approval_refuse(approval_id="appr_x", decision="approved", attempt=attempt("eve"), outcome="", reason="")
     live = list(AuditEntry.objects.order_by("id").values_list("id", "prev_hash", "hash"))
 
-    for target in ("0004_policy_fields", "0007_audit_chain"):
+    for target in ("0005_votes", "0006_audit_chain"):
         executor = MigrationExecutor(connection)
         executor.migrate([("agents", target)])
 

@@ -58,7 +58,7 @@ def test_it_streams_a_run_through_an_inline_approval_to_the_final_answer(
     resumed = events[events.index("approval_decided") :]
     assert "delta" in resumed and resumed[-2:] == ["run_status", "end"]  # the resumed run streamed its tokens
 
-    assert run.created_by == "alice (playground)"
+    assert (run.created_by, run.started_from) == ("alice", "playground")
     approval = Approval.objects.get(run=run)
     assert (approval.status, approval.decided_by) == ("approved", "alice")
     assert SideEffect.objects.filter(idempotency_key=approval.id).count() == 1

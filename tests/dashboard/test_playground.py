@@ -35,7 +35,12 @@ def test_it_starts_a_queued_run_that_the_page_drives(
         response = client_for(alice).post("/playground/runs", {"agent": "support", "input": REFUND})
     assert response.status_code == 201
     run = Run.objects.get(pk=response.json()["run"]["id"])
-    assert (run.status, run.auto_resume, run.created_by) == (Run.Status.QUEUED, False, "alice (playground)")
+    assert (run.status, run.auto_resume, run.created_by, run.started_from) == (
+        Run.Status.QUEUED,
+        False,
+        "alice",
+        "playground",
+    )
     assert callbacks == []  # no worker is asked: the page drives it
 
 

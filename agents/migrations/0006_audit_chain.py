@@ -25,7 +25,7 @@ def chain_existing(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("agents", "0004_policy_fields")]
+    dependencies = [("agents", "0005_votes")]
 
     operations = [
         migrations.AlterField(

@@ -1,0 +1,96 @@
+"""Who may decide an approval: the one rule every entry point (web, API, CLI, inbox) asks.
+
+A user may decide when they are an active reviewer or admin, AND the approval names no
+approvers or they belong to one (a Django group, or `user:<their name>`), AND not (four
+eyes and they started the run). Standing grants build on `refusal` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db.models import Q, QuerySet
+
+from agents.models import Approval
+
+DECIDE = "agents.decide_approval"
+USER_PREFIX = "user:"
+
+
+def refusal(user: Any, approval: Approval, groups: set[str] | None = None) -> str | None:
+    """Return why this user may not decide this approval, or None when they may."""
+    return refusal_of_role(user) or restriction(user, approval, groups)
+
+
+def may_decide(user: Any, approval: Approval) -> bool:
+    return refusal(user, approval) is None
+
+
+def restriction(user: Any, approval: Approval, groups: set[str] | None = None) -> str | None:
+    """Return why the approval's own restrictions (approvers, four eyes) exclude this reviewer, or None.
+
+    `groups` are the user's group names when the caller read them already (a page of cards).
+    """
+    username = user.get_username()
+    if approval.approvers and not _is_approver(user, approval.approvers, groups):
+        return f"{username} is not among the approvers of this call ({waits_for(approval)})"
+    if approval.four_eyes and username == approval.run.created_by:
+        return f"{username} started this run, and four eyes are required: someone else must approve it"
+    return None
+
+
+def refusal_for_name(username: str, approval: Approval) -> str | None:
+    """Return why the person named (the CLI's --by, a relayed decided_by) may not decide, or None.
+
+    An approval that names neither approvers nor four eyes keeps the name as given (the
+    entry point authenticated whoever records it); otherwise the name must be an active
+    user that the rule above allows.
+    """
+    if not approval.approvers and not approval.four_eyes:
+        return None
+    user = User.objects.filter(username=username, is_active=True).first()
+    if user is None:
+        return f"{username!r} is no active user, and this call names who may decide it"
+    return refusal(user, approval)
+
+
+def decidable(user: Any, approvals: QuerySet[Approval]) -> QuerySet[Approval]:
+    """Narrow approvals to those this user may decide (the inbox's "For me")."""
+    if refusal_of_role(user) is not None:
+        return approvals.none()
+    open_to_all = Q(approvers=[], four_eyes=False)
+    restricted = approvals.exclude(open_to_all).select_related("run")
+    groups = group_names(user)
+    allowed = [approval.pk for approval in restricted if restriction(user, approval, groups) is None]
+    return approvals.filter(open_to_all | Q(pk__in=allowed))
+
+
+def mark(user: Any, approvals: Iterable[Approval]) -> None:
+    """Note on each approval whether this user may decide it (`decidable`), for the cards to show."""
+    groups = group_names(user) if user.is_authenticated else set()
+    for approval in approvals:
+        approval.decidable = refusal(user, approval, groups) is None  # type: ignore[attr-defined]
+
+
+def refusal_of_role(user: Any) -> str | None:
+    if not (user.is_authenticated and user.is_active and user.has_perm(DECIDE)):
+        return f"{user.get_username() or 'an anonymous user'} is not an active reviewer"
+    return None
+
+
+def _is_approver(user: Any, approvers: list[str], groups: set[str] | None) -> bool:
+    names = {entry.removeprefix(USER_PREFIX) for entry in approvers if entry.startswith(USER_PREFIX)}
+    if user.get_username() in names:
+        return True
+    wanted = {entry for entry in approvers if not entry.startswith(USER_PREFIX)}
+    return bool(wanted & (group_names(user) if groups is None else groups))
+
+
+def group_names(user: Any) -> set[str]:
+    return set(user.groups.values_list("name", flat=True))
+
+
+def waits_for(approval: Approval) -> str:
+    return approval.waits_for

@@ -1,0 +1,49 @@
+"""Two reviewers in real Chromium decide a quorum-2 approval: alice's approval shows "1 of 2"
+on bob's card without a reload, bob's approval decides it."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.models import Approval, Vote
+from tests.browser.test_inbox_flow import wait_live
+from tests.support.flows import pending, start
+from tests.support.policies import support_yaml
+
+pytestmark = pytest.mark.browser
+
+REFUND = "Refund order A1001 for 25.00 USD"
+
+
+def test_it_needs_two_reviewers_and_shows_the_first_approval_live(agent_config, viewer, alice, bob, carol):
+    agent_config(support_yaml(quorum=2))  # read by this process, which pauses the run below
+    alices, bobs = viewer("alice"), viewer("bob")
+    for person in (alices, bobs):
+        wait_live(person.page)
+
+    [approval] = pending(start(REFUND))
+    card = f"#card-{approval.id}"
+    for person in (alices, bobs):
+        person.page.wait_for_selector(card)
+        assert "0 of 2 approvals" in person.page.inner_text(card)
+
+    alices.page.click(f"{card} [data-action=approve]")
+    alices.page.wait_for_function(
+        "s => document.querySelector(s)?.innerText.includes('1 of 2 approvals: alice')", arg=card
+    )
+    # Bob never reloads: the vote reaches his card over the websocket.
+    bobs.page.wait_for_function(
+        "s => document.querySelector(s)?.innerText.includes('1 of 2 approvals: alice')", arg=card
+    )
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.PENDING
+    bobs.screenshot("quorum-one-of-two")
+
+    bobs.page.click(f"{card} [data-action=approve]")
+    bobs.page.wait_for_selector(f"{card} .decided-line")
+    assert "Approved by bob" in bobs.page.inner_text(card)
+    alices.page.wait_for_selector(card, state="detached")  # decided: it leaves alice's inbox
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == (Approval.Status.APPROVED, "bob")
+    assert sorted(Vote.objects.filter(approval=approval).values_list("voter", flat=True)) == ["alice", "bob"]
+    assert alices.errors == [] and bobs.errors == []
