@@ -169,7 +169,7 @@ def test_it_refuses_a_bad_condition_naming_file_key_and_position(when, problem):
         (("name: huge", "name: small"), "rules", "two rules are named 'small'"),
         (("action: deny", "action: maybe"), "rules[1].action", "must be one of allow, deny, ask"),
         (("action: allow}", "action: allow, quorum: 2}"), "rules[0]", "approvers and quorum belong to ask rules"),
-        (("quorum: 2}", "quorum: 0}"), "rules[2].quorum", "greater than or equal to 1"),
+        (("quorum: 2}", "quorum: 0}"), "rules[2].quorum", "must be a whole number from 1 to 20"),
         (("action: deny,", "action: deny, extra: 1,"), "rules[1].extra", "unknown key"),
     ],
 )
