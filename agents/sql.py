@@ -101,6 +101,17 @@ def run_write(
     return None if row is None else row[0]
 
 
+def run_reserve_events(*, run_id: str, count: int, columns: tuple[str, ...] = ()) -> tuple[Any, ...]:
+    """Reserve `count` event seqs of a run; return the last one and these columns, read under its row lock."""
+    returning = ", ".join(["last_event_seq", *(connection.ops.quote_name(c) for c in columns)])
+    row = _one(
+        f"UPDATE {_RUN} SET last_event_seq = last_event_seq + %s WHERE id = %s RETURNING {returning}", [count, run_id]
+    )
+    if row is None:
+        raise LookupError(f"no run {run_id}")
+    return tuple(row)
+
+
 def run_suspend(*, run_id: str, owner: str, now: datetime) -> bool:
     """Suspend and release a run this owner drives, if a suspend approval of it is still pending."""
     sql = f"""

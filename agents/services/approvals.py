@@ -9,7 +9,7 @@ from django.db import transaction
 from django.db.models import Model
 from django.utils import timezone
 
-from agents import events, queue, text
+from agents import events, queue, sql, text
 from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall
 from agents.services.errors import AlreadyDecided, InvalidInput, NotFound, WrongState
 from agents.tools import InvalidArguments, ToolError, registry
@@ -99,7 +99,7 @@ def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
     The event's seq is reserved with the run's status read under the run's row lock, so a
     driver suspending the run at this moment is seen either before or after, never half.
     """
-    seq, run_status, run_auto_resume = events.reserve_returning(
+    seq, run_status, run_auto_resume = sql.run_reserve_events(
         run_id=approval.run_id, count=1, columns=("status", "auto_resume")
     )
     data = {
