@@ -1,7 +1,6 @@
-"""Request and response shapes of the JSON API, as OpenAPI documents them.
+"""Request and error shapes of the JSON API, as OpenAPI documents them.
 
-Responses mirror agents.serializers (the CLI's --json) field for field; the API returns
-those dicts, and tests check that both stay equal. Requests are strict: unknown fields,
+Answers are agents.schemas, the CLI's --json shapes. Requests are strict: unknown fields,
 wrong JSON types and text a database cannot store (NUL, lone surrogates) are refused with 400.
 """
 
@@ -13,6 +12,7 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field
 
+from agents.schemas import ApprovalDetail
 from agents.services.approvals import MAX_TEXT_CHARS
 from agents.services.runs import MAX_INPUT_CHARS
 
@@ -73,7 +73,8 @@ class DecideIn(_Strict):
     )
 
 
-# -- responses ---------------------------------------------------------------------------
+# -- errors ------------------------------------------------------------------------------
+# The answers themselves are the engine's shapes (agents.schemas), which the CLI prints too.
 
 
 class ErrorOut(Schema):
@@ -82,100 +83,10 @@ class ErrorOut(Schema):
     field: str | None = None
 
 
-class ApprovalSummaryOut(Schema):
-    id: str
-    run_id: str
-    tool: str
-    arguments: dict[str, Any] | None
-    mode: str
-    status: str
-    created_at: Timestamp | None
-
-
-class ApprovalDetailOut(ApprovalSummaryOut):
-    agent: str
-    request: dict[str, Any] | None
-    decided_by: str | None
-    decided_at: Timestamp | None
-    note: str
-    feedback: str
-    edited_arguments: dict[str, Any] | None
-    payload: dict[str, Any] | None
-    expires_at: Timestamp | None
-
-
-class DecisionOut(ApprovalDetailOut):
-    outcome: Literal["decided", "idempotent"]
-    resume_enqueued: bool
-
-
 class ConflictOut(ErrorOut):
-    approval: ApprovalDetailOut | None = None
+    approval: ApprovalDetail | None = None
 
 
 class LeaseHeldOut(ErrorOut):
     lease_owner: str | None = None
     lease_expires_at: Timestamp | None = None
-
-
-class MessageOut(Schema):
-    seq: int
-    role: str
-    content: str
-    tool_calls: list[dict[str, Any]] | None
-    tool_call_id: str | None
-
-
-class ToolCallOut(Schema):
-    call_id: str
-    name: str
-    arguments: dict[str, Any] | None
-    status: str
-    executed_at: Timestamp | None
-    executed_arguments: dict[str, Any] | None
-    result: dict[str, Any] | None
-    in_doubt: bool
-
-
-class RunApprovalOut(Schema):
-    id: str
-    tool: str
-    mode: str
-    status: str
-    decided_by: str | None
-    note: str
-
-
-class RunSummaryOut(Schema):
-    id: str
-    agent: str
-    status: str
-    input: str
-    created_at: Timestamp | None
-
-
-class RunDetailOut(RunSummaryOut):
-    auto_resume: bool
-    created_by: str
-    updated_at: Timestamp | None
-    lease_owner: str | None
-    lease_expires_at: Timestamp | None
-    output: str
-    error: str
-    messages: list[MessageOut]
-    tool_calls: list[ToolCallOut]
-    approvals: list[RunApprovalOut]
-
-
-class _Page(Schema):
-    count: int = Field(description="How many match, on all pages")
-    limit: int
-    offset: int
-
-
-class ApprovalPageOut(_Page):
-    items: list[ApprovalSummaryOut]
-
-
-class RunPageOut(_Page):
-    items: list[RunSummaryOut]

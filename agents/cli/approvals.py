@@ -38,10 +38,10 @@ def register(groups: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> None:
-    from agents import selectors, serializers
+    from agents import schemas, selectors
 
     approvals = selectors.approval_list(status=args.status, agent=args.agent, tool=args.tool)[: args.limit]
-    rows = [serializers.approval_summary(a) for a in approvals]
+    rows = [schemas.ApprovalSummary.of(a).as_json() for a in approvals]
     if args.json:
         return print_json(rows)
     if not rows:
@@ -55,9 +55,9 @@ def _list(args: argparse.Namespace) -> None:
 
 
 def _show(args: argparse.Namespace) -> None:
-    from agents import selectors, serializers, text
+    from agents import schemas, selectors, text
 
-    detail = serializers.approval_detail(selectors.approval_get(args.id))
+    detail = schemas.ApprovalDetail.of(selectors.approval_get(args.id)).as_json()
     if args.json:
         return print_json(detail)
     fields = ("id", "run_id", "agent", "tool", "mode", "status", "created_at", "decided_by", "decided_at", "note")
@@ -84,7 +84,7 @@ def _reject(args: argparse.Namespace) -> None:
 
 
 def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
-    from agents import queue, serializers, services
+    from agents import queue, schemas, services
 
     who = attempt(args.by)
     result = services.approval_decide(
@@ -96,8 +96,10 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
         **fields,
     )
     if args.json:
-        detail = serializers.approval_detail(result.approval)
-        return print_json({**detail, "outcome": result.outcome, "resume_enqueued": result.resume_enqueued})
+        decision = schemas.Decision.of_decision(
+            result.approval, outcome=result.outcome, resume_enqueued=result.resume_enqueued
+        )
+        return print_json(decision.as_json())
     approval = result.approval
     if result.outcome == "idempotent":
         echo(f"{approval.id} was already {approval.status} by {approval.decided_by}; nothing changed.")

@@ -99,9 +99,10 @@ def _print_outcome(run: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> None:
-    from agents import selectors, serializers
+    from agents import schemas, selectors
 
-    rows = [serializers.run_summary(r) for r in selectors.run_list(status=args.status, agent=args.agent)[: args.limit]]
+    runs = selectors.run_list(status=args.status, agent=args.agent)[: args.limit]
+    rows = [schemas.RunSummary.of(r).as_json() for r in runs]
     if args.json:
         return print_json(rows)
     if not rows:
@@ -115,9 +116,9 @@ def _list(args: argparse.Namespace) -> None:
 
 
 def _show(args: argparse.Namespace) -> None:
-    from agents import selectors, serializers
+    from agents import schemas, selectors
 
-    detail = serializers.run_detail(selectors.run_get(args.id))
+    detail = schemas.RunDetail.of(selectors.run_get(args.id)).as_json()
     if args.json:
         return print_json(detail)
     echo(f"{detail['id']}  agent={detail['agent']}  status={detail['status']}")
