@@ -1,8 +1,9 @@
 """The JSON API (django-ninja): runs, approvals, decisions, and their SSE streams.
 
 Each endpoint parses its input, calls a service or a selector, and answers with the CLI's
---json shape (agents.schemas, which OpenAPI documents as the response schemas). Every refusal is `{"error_code", "message"}` (plus
-`field` when one field is to blame) with its HTTP status; decision attempts refused before
+--json shape (agents.schemas, which OpenAPI names as the response schemas). Every refusal
+is `{"error_code", "message"}` (plus `field` when one field is to blame) with its HTTP
+status; decision attempts refused before
 they reach the engine (not permitted, unreadable body) are audited here, the others by
 the engine itself.
 """

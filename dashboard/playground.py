@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from agents import selectors, serializers, services
+from agents import schemas, selectors, services
 from agents.models import Run
 from agents.policy import (
     MODES,
@@ -61,7 +61,7 @@ def creator(request: HttpRequest) -> str:
 
 
 def recent_runs(request: HttpRequest) -> QuerySet[Run]:
-    return selectors.run_list().filter(created_by=creator(request))[:HISTORY_SIZE]
+    return selectors.run_list(created_by=creator(request))[:HISTORY_SIZE]
 
 
 class RunForm(forms.Form):
@@ -126,7 +126,7 @@ def page(request: HttpRequest) -> HttpResponse:
         "modes": MODES,
         "config_error": config_error,
         "history": recent_runs(request),
-        "run_id": run_id if run_id and selectors.run_list().filter(pk=run_id).exists() else "",
+        "run_id": run_id if run_id and selectors.run_exists(run_id) else "",
         "prompts": DEMO_PROMPTS,
     }
     return render(request, "dashboard/playground.html", context)
@@ -158,7 +158,7 @@ def run_create(request: HttpRequest) -> JsonResponse:
         )
     except services.InvalidInput as exc:
         return JsonResponse({"error_code": exc.code, "message": exc.message, **exc.details}, status=400)
-    return JsonResponse({"run": serializers.run_summary(run)}, status=201)
+    return JsonResponse({"run": schemas.RunSummary.of(run).as_json()}, status=201)
 
 
 def composed_name(spec: dict[str, Any]) -> str:

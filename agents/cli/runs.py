@@ -89,7 +89,9 @@ def _wait(run_id: str, timeout: float) -> None:
 
 def _print_outcome(run: Any) -> None:
     if run.status == "suspended":
-        for approval in run.approvals.filter(status="pending", mode="suspend"):
+        from agents import selectors
+
+        for approval in selectors.run_approvals_waiting(run):
             echo(f"waiting on {approval.id} ({approval.tool} {compact(approval.tool_call.arguments, 60)})")
         echo("decide with: agentfast approvals approve|reject <id> --by <you>")
     elif run.status == "completed":
