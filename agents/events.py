@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -127,7 +128,7 @@ def record(*, run_id: str, last_seq: int, items: list[tuple[str, dict[str, Any]]
     for offset, (type, data) in enumerate(items):
         message = _message(run_id, first + offset, type, data)
         groups = _groups(run_id, type)
-        transaction.on_commit(lambda groups=groups, message=message: _send(groups, message))
+        transaction.on_commit(functools.partial(_send, groups, message))
 
 
 def _message(run_id: str, seq: int | None, type: str, data: dict[str, Any]) -> dict[str, Any]:

@@ -73,7 +73,9 @@ class Decision(ApprovalDetail):
 
     @classmethod
     def of_decision(cls, approval: Approval, *, outcome: str, resume_enqueued: bool) -> Self:
-        return cls(**_approval_detail(approval), outcome=outcome, resume_enqueued=resume_enqueued)
+        return cls.model_validate(
+            {**_approval_detail(approval), "outcome": outcome, "resume_enqueued": resume_enqueued}
+        )
 
 
 class MessageShape(_Shape):

@@ -95,7 +95,8 @@ def run_state(run_id: str) -> tuple[str, int] | None:
 
 def run_lease(run_id: str) -> dict[str, Any]:
     """Return a run's lease_owner and lease_expires_at ({} when there is no such run)."""
-    return Run.objects.filter(pk=run_id).values("lease_owner", "lease_expires_at").first() or {}
+    lease = Run.objects.filter(pk=run_id).values("lease_owner", "lease_expires_at").first()
+    return dict(lease) if lease else {}
 
 
 def run_events(run: Run) -> QuerySet[RunEvent]:

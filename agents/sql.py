@@ -25,7 +25,7 @@ _PENDING_SUSPEND = (
 _PENDING_SUSPEND_PARAMS = [Approval.Mode.SUSPEND, Approval.Status.PENDING]
 
 
-def db_time(value: datetime | None) -> object:
+def db_time(value: datetime | None) -> str | datetime | None:
     """Return a datetime in the form the ORM stores it (SQLite keeps text), so raw and ORM rows compare alike."""
     return connection.ops.adapt_datetimefield_value(value)
 

@@ -19,6 +19,7 @@ from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -108,7 +109,7 @@ def _streams(description: str) -> dict[str, Any]:
 class Page(LimitOffsetPagination):
     """Today's page shape, `{"count", "limit", "offset", "items"}`, of the rows' `shape`."""
 
-    class Input(Schema):
+    class Input(LimitOffsetPagination.Input):
         limit: int = Field(50, ge=1, le=MAX_PAGE)
         offset: int = Field(0, ge=0, le=MAX_OFFSET)
 
@@ -123,7 +124,7 @@ class Page(LimitOffsetPagination):
         self.shape = shape
 
     def paginate_queryset(
-        self, queryset: QuerySet[Any], pagination: Input, request: HttpRequest, **params: Any
+        self, queryset: QuerySet[Any], pagination: LimitOffsetPagination.Input, request: HttpRequest, **params: Any
     ) -> dict[str, Any]:
         """Return one page of the rows, each as its shape."""
         rows = queryset[pagination.offset : pagination.offset + pagination.limit]
@@ -214,7 +215,7 @@ def run_cancel(request: HttpRequest, run_id: Id) -> schemas.RunDetail:
 )
 async def run_events(
     request: HttpRequest, run_id: Id, after: int | None = Query(None, ge=0, le=MAX_OFFSET)
-) -> HttpResponse:
+) -> HttpResponseBase:
     """Server-sent events of one run: replayed after `Last-Event-ID` / `after`, then live."""
     await sync_to_async(selectors.run_get)(run_id)
     viewer = await sse.viewer_of(request)
@@ -279,7 +280,9 @@ def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> sc
     tags=["events"],
     openapi_extra=_streams("Approval events of every run, ids by RunEvent pk"),
 )
-async def approval_events(request: HttpRequest, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> HttpResponse:
+async def approval_events(
+    request: HttpRequest, after: int | None = Query(None, ge=0, le=MAX_OFFSET)
+) -> HttpResponseBase:
     """Server-sent approval events of every run; ids are RunEvent primary keys."""
     after = sse.resume_point(request, after, default=await sync_to_async(sse.latest_approval_event)())
     viewer = await sse.viewer_of(request)

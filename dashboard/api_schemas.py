@@ -29,12 +29,8 @@ def _storable(value: Any) -> Any:
     return value
 
 
-def _text(*, max_length: int, min_length: int = 0, description: str = "") -> Any:
-    field = Field(min_length=min_length, max_length=max_length, description=description or None)
-    return Annotated[str, field, AfterValidator(_storable)]
-
-
-JsonObject = Annotated[dict[str, Any], AfterValidator(_storable)]
+Storable = AfterValidator(_storable)
+JsonObject = Annotated[dict[str, Any], Storable]
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 # Ids and names are plain words; refusing anything else keeps odd bytes out of the queries.
 Id = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-]+$")]
@@ -52,20 +48,24 @@ class _Strict(Schema):
 
 
 class RunCreateIn(_Strict):
-    agent: _text(min_length=1, max_length=100, description="An agent of agentfast.yaml")
-    input: _text(min_length=1, max_length=MAX_INPUT_CHARS, description="The user's prompt")
+    agent: Annotated[str, Field(min_length=1, max_length=100, description="An agent of agentfast.yaml"), Storable]
+    input: Annotated[str, Field(min_length=1, max_length=MAX_INPUT_CHARS, description="The user's prompt"), Storable]
     auto_resume: bool = Field(True, description="Resume in a worker once its approvals are decided")
 
 
 class DecideIn(_Strict):
     decision: Literal["approved", "rejected"]
-    note: _text(max_length=MAX_TEXT_CHARS, description="Why; the model reads it on a rejection") = ""
-    feedback: _text(max_length=MAX_TEXT_CHARS, description="Rejections only: a user message to revise with") = ""
+    note: Annotated[
+        str, Field(max_length=MAX_TEXT_CHARS, description="Why; the model reads it on a rejection"), Storable
+    ] = ""
+    feedback: Annotated[
+        str, Field(max_length=MAX_TEXT_CHARS, description="Rejections only: a user message to revise with"), Storable
+    ] = ""
     arguments: JsonObject | None = Field(
         None, description="Approvals only: edited arguments, checked against the tool's schema"
     )
     payload: JsonObject | None = Field(None, description="The answer to a tool that asked for a decision itself")
-    decided_by: _text(min_length=1, max_length=150) | None = Field(
+    decided_by: Annotated[str, Field(min_length=1, max_length=150), Storable] | None = Field(
         None, description="Defaults to you; another name needs the 'decide on behalf' permission"
     )
     auto_resume: bool | None = Field(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.db.models import QuerySet
@@ -70,7 +70,9 @@ class RunForm(forms.Form):
 
     def __init__(self, *args: Any, agents: list[AgentSpec], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["agent"].choices = [(agent.name, agent.name) for agent in agents] + [(COMPOSE, "compose")]
+        cast(forms.ChoiceField, self.fields["agent"]).choices = [(agent.name, agent.name) for agent in agents] + [
+            (COMPOSE, "compose")
+        ]
 
 
 class AgentForm(forms.Form):
@@ -83,13 +85,13 @@ class AgentForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["tools"].choices = [(name, name) for name in registry.names()]
+        cast(forms.ChoiceField, self.fields["tools"]).choices = [(name, name) for name in registry.names()]
         for name in registry.names():
             self.fields[f"risk_{name}"] = forms.ChoiceField(choices=[(r, r) for r in RISKS], required=False)
             self.fields[f"mode_{name}"] = forms.ChoiceField(choices=[(m, m) for m in MODES], required=False)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         if data.get("model") == "openai" and not data.get("model_name"):
             self.add_error("model_name", "name the model the OpenAI-compatible endpoint serves")
         return data

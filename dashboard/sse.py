@@ -20,7 +20,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Protocol, Self, TypeVar
@@ -30,7 +30,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
 from django.db import close_old_connections, connection
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 
 from agents import events, runtime, selectors, text
 from agents.models import Run, RunEvent
@@ -62,18 +63,19 @@ def frame(event: str, payload: dict[str, Any], event_id: int | None = None) -> s
     return f"{head}event: {event}\ndata: {text.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-def response(stream: AsyncIterator[str], viewer: Viewer | None = None) -> HttpResponse:
+def response(stream: AsyncIterator[str], viewer: Viewer | None = None) -> HttpResponseBase:
     """Wrap a stream; daphne serves it from its event loop, holding no thread.
 
     A viewer over their share of open streams (AGENTFAST_STREAMS_PER_USER in this process)
     gets a 429 instead; the slot is given back when the response closes.
     """
+    body: AsyncIterable[str] = stream
     if viewer is not None:
         release = _open_streams.take(viewer.user_id)
         if release is None:
             return _too_many()
-        stream = _Slot(stream, release)
-    reply = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
+        body = _Slot(stream, release)
+    reply = StreamingHttpResponse(body, content_type="text/event-stream; charset=utf-8")
     reply["Cache-Control"] = "no-cache"
     reply["X-Accel-Buffering"] = "no"  # a proxy must not buffer the stream
     return reply
@@ -178,7 +180,7 @@ class Viewer:
 
 async def viewer_of(request: HttpRequest) -> Viewer:
     """Return the viewer of an authenticated API request (its token, else its session)."""
-    user = request.auth  # what ninja's authentication returned: the user, resolved already
+    user = request.auth  # type: ignore[attr-defined]  # what ninja's authentication returned: the user, resolved already
     token = _bearer(request)
     token_id = await _read(_token_id, token) if token else None
     return Viewer(user_id=user.pk, token_id=token_id, session_key=None if token else request.session.session_key)

@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.middleware import HtmxDetails
 
 from agents import selectors, services, text
 from agents.models import Approval, AuditEntry, Run
@@ -33,6 +34,14 @@ from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_r
 from dashboard.forms import AuditFilter, DecisionForm, InboxFilter, RunFilter
 
 INBOX_PAGE_SIZE = 20
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request as django-htmx's middleware leaves it: `request.htmx` tells an htmx request apart."""
+
+    htmx: HtmxDetails
+
+
 RUNS_PAGE_SIZE = 25
 AUDIT_PAGE_SIZE = 50
 
@@ -61,7 +70,7 @@ def _query_without_page(request: HttpRequest) -> str:
 @require_GET
 @reviewer_required
 @_live_page
-def inbox(request: HttpRequest) -> HttpResponse:
+def inbox(request: HtmxHttpRequest) -> HttpResponse:
     filters = InboxFilter(request.GET)
     page = _page(filters.pending_approvals(), request, INBOX_PAGE_SIZE)
     context = {
@@ -133,7 +142,7 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
+def approval_decide(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
     """Record a decision; a decision already taken is shown (409), never an error page.
 
     Every attempt is audited, refused ones too (not a reviewer, unreadable input). The
@@ -175,7 +184,7 @@ def _refuse(request: HttpRequest, approval_id: str, outcome: str, reason: str) -
 
 
 def _errors_text(form: DecisionForm) -> str:
-    return "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
+    return "; ".join(f"{field}: {' '.join(str(e) for e in errors)}" for field, errors in form.errors.items())
 
 
 def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval]:
@@ -206,7 +215,7 @@ def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval]:
 @require_GET
 @reviewer_required
 @_live_page
-def run_list(request: HttpRequest) -> HttpResponse:
+def run_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = RunFilter(request.GET)
     status = filters.cleaned_data["status"] if filters.is_valid() else ""
     runs = selectors.run_list_with_pending(status=status or None)
@@ -223,7 +232,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 @reviewer_required
 @_live_page
-def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     try:
         run = selectors.run_get(run_id)
     except services.NotFound:

@@ -96,10 +96,10 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
         **fields,
     )
     if args.json:
-        decision = schemas.Decision.of_decision(
+        shape = schemas.Decision.of_decision(
             result.approval, outcome=result.outcome, resume_enqueued=result.resume_enqueued
         )
-        return print_json(decision.as_json())
+        return print_json(shape.as_json())
     approval = result.approval
     if result.outcome == "idempotent":
         echo(f"{approval.id} was already {approval.status} by {approval.decided_by}; nothing changed.")

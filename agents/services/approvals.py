@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
-from django.db.models import Model
+from django.db.models import Field, Model
 from django.utils import timezone
 
 from agents import events, queue, sql, text
@@ -16,7 +16,7 @@ from agents.tools import InvalidArguments, ToolError, registry
 
 DECISIONS = (Approval.Status.APPROVED, Approval.Status.REJECTED)
 MAX_TEXT_CHARS = 10_000
-APPROVAL_ID_CHARS = Approval._meta.get_field("id").max_length
+APPROVAL_ID_CHARS = cast(int, Approval._meta.get_field("id").max_length)
 
 
 @dataclass(frozen=True)
@@ -339,7 +339,8 @@ def audit_run(*, run_id: str, attempt: Attempt, action: str, detail: dict[str, A
 
 def _fit(value: str, model: type[Model], field: str) -> str:
     """Return text repaired and cut to the column's length."""
-    return text.repair(value)[: model._meta.get_field(field).max_length]
+    column = cast("Field[Any, Any]", model._meta.get_field(field))  # a text column, not a relation
+    return text.repair(value)[: column.max_length]
 
 
 def _lock_run(run_id: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from typing import cast
 
 from django.contrib.auth.models import Group, Permission, User
 from django.contrib.auth.password_validation import validate_password
@@ -26,7 +27,7 @@ _ADMIN_PERMISSIONS = (
     "view_sideeffect",
     "view_apitoken",
 )
-_USERNAME_CHARS = User._meta.get_field("username").max_length
+_USERNAME_CHARS = cast(int, User._meta.get_field("username").max_length)
 
 
 def role_groups_ensure() -> dict[str, Group]:
