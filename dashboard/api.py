@@ -106,12 +106,15 @@ def _streams(description: str) -> dict[str, Any]:
     return {"responses": {200: {"description": description, "content": content}}}
 
 
+class PageQuery(LimitOffsetPagination.Input):
+    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
+
+
 class Page(LimitOffsetPagination):
     """Today's page shape, `{"count", "limit", "offset", "items"}`, of the rows' `shape`."""
 
-    class Input(LimitOffsetPagination.Input):
-        limit: int = Field(50, ge=1, le=MAX_PAGE)
-        offset: int = Field(0, ge=0, le=MAX_OFFSET)
+    Input = PageQuery
 
     class Output(Schema):
         count: int = Field(description="How many match, on all pages")
