@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-postgres bench bench-web install clean
+.PHONY: run test test-fast test-postgres typecheck bench bench-web install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test-fast: $(STAMP)
 
 test-postgres: $(STAMP)
 	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Type-check agents/ and dashboard/ (mypy with django-stubs; settings in pyproject.toml).
+typecheck: $(STAMP)
+	$(BIN)/python -m mypy
 
 ## Print the engine's pause/resume latencies and storage per paused run.
 bench: $(STAMP)

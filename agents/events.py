@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -23,11 +24,11 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.contrib.auth.signals import user_logged_out
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models.signals import m2m_changed, post_save
 from django.dispatch import receiver
 
-from agents import text
+from agents import sql, text
 from agents.models import RunEvent
 
 logger = logging.getLogger(__name__)
@@ -112,22 +113,7 @@ def reserve(*, run_id: str, count: int) -> int:
     publishers of one run (the driver and a reviewer's decision) never share a seq. The
     driver reserves inside its own fenced update of the run instead (services.runs).
     """
-    return reserve_returning(run_id=run_id, count=count)[0]
-
-
-def reserve_returning(*, run_id: str, count: int, columns: tuple[str, ...] = ()) -> tuple[Any, ...]:
-    """Reserve like `reserve` and also return these columns of the run, read under its row lock."""
-    table = connection.ops.quote_name("agents_run")
-    returning = ", ".join(["last_event_seq", *(connection.ops.quote_name(c) for c in columns)])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET last_event_seq = last_event_seq + %s WHERE id = %s RETURNING {returning}",
-            [count, run_id],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        raise LookupError(f"no run {run_id}")
-    return tuple(row)
+    return sql.run_reserve_events(run_id=run_id, count=count)[0]
 
 
 def record(*, run_id: str, last_seq: int, items: list[tuple[str, dict[str, Any]]]) -> None:
@@ -142,7 +128,7 @@ def record(*, run_id: str, last_seq: int, items: list[tuple[str, dict[str, Any]]
     for offset, (type, data) in enumerate(items):
         message = _message(run_id, first + offset, type, data)
         groups = _groups(run_id, type)
-        transaction.on_commit(lambda groups=groups, message=message: _send(groups, message))
+        transaction.on_commit(functools.partial(_send, groups, message))
 
 
 def _message(run_id: str, seq: int | None, type: str, data: dict[str, Any]) -> dict[str, Any]:

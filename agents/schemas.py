@@ -9,22 +9,26 @@ out (agents.text), so a row written by an older version can always be shown.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer
+from pydantic import BaseModel, ConfigDict, PlainSerializer, model_validator
 
 from agents import text
 from agents.models import Approval, Message, Run, SideEffect, ToolCall, Vote
 
-# Stored JSON may predate the text rules: repair it rather than fail to show it.
-Json = Annotated[Any, BeforeValidator(text.repair)]
-JsonObject = Annotated[dict[str, Any] | None, BeforeValidator(text.repair)]
+JsonObject = dict[str, Any] | None
 # ISO 8601 as datetime.isoformat() writes it ("+00:00"), which scripts already parse.
 Timestamp = Annotated[datetime | None, PlainSerializer(lambda value: value.isoformat() if value else None)]
 
 
 class _Shape(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _repaired(cls, data: Any) -> Any:
+        """Repair every stored value: rows may predate the text rules, and must still be shown."""
+        return text.repair(data, max_depth=text.MAX_STORED_DEPTH) if isinstance(data, dict) else data
 
     def as_json(self) -> dict[str, Any]:
         """Return the shape as plain JSON types (what the CLI prints and the API sends)."""
@@ -102,19 +106,21 @@ class ApprovalDetail(ApprovalSummary):
 class Decision(ApprovalDetail):
     """What deciding answers: the approval as it now stands, and what the decision did."""
 
-    outcome: str
+    outcome: Literal["decided", "voted", "idempotent"]
     resume_enqueued: bool
 
     @classmethod
     def of_decision(cls, approval: Approval, *, outcome: str, resume_enqueued: bool) -> Self:
-        return cls(**_approval_detail(approval), outcome=outcome, resume_enqueued=resume_enqueued)
+        return cls.model_validate(
+            {**_approval_detail(approval), "outcome": outcome, "resume_enqueued": resume_enqueued}
+        )
 
 
 class MessageShape(_Shape):
     seq: int
     role: str
     content: str
-    tool_calls: Annotated[list[dict[str, Any]] | None, BeforeValidator(text.repair)]
+    tool_calls: list[dict[str, Any]] | None
     tool_call_id: str | None
 
     @classmethod
@@ -184,9 +190,15 @@ class RunSummary(_Shape):
         return cls(**_run_summary(run))
 
 
-class RunDetail(RunSummary):
+class RunDetail(_Shape):
+    # Not a RunSummary subclass: the fields keep the order the CLI has always printed.
+    id: str
+    agent: str
+    status: str
+    input: str
     auto_resume: bool
     created_by: str
+    created_at: Timestamp
     updated_at: Timestamp
     lease_owner: str | None
     lease_expires_at: Timestamp

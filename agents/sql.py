@@ -25,7 +25,7 @@ _PENDING_SUSPEND = (
 _PENDING_SUSPEND_PARAMS = [Approval.Mode.SUSPEND, Approval.Status.PENDING]
 
 
-def db_time(value: datetime | None) -> object:
+def db_time(value: datetime | None) -> str | datetime | None:
     """Return a datetime in the form the ORM stores it (SQLite keeps text), so raw and ORM rows compare alike."""
     return connection.ops.adapt_datetimefield_value(value)
 
@@ -99,6 +99,17 @@ def run_write(
         [*params, run_id, *where_params],
     )
     return None if row is None else row[0]
+
+
+def run_reserve_events(*, run_id: str, count: int, columns: tuple[str, ...] = ()) -> tuple[Any, ...]:
+    """Reserve `count` event seqs of a run; return the last one and these columns, read under its row lock."""
+    returning = ", ".join(["last_event_seq", *(connection.ops.quote_name(c) for c in columns)])
+    row = _one(
+        f"UPDATE {_RUN} SET last_event_seq = last_event_seq + %s WHERE id = %s RETURNING {returning}", [count, run_id]
+    )
+    if row is None:
+        raise LookupError(f"no run {run_id}")
+    return tuple(row)
 
 
 def run_suspend(*, run_id: str, owner: str, now: datetime) -> bool:

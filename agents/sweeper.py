@@ -40,15 +40,15 @@ def sweep() -> SweepReport:
     for run_id in _stranded_runs(now, grace):
         queue.drive_on_commit(run_id)
         report.runs.append(run_id)
-    for call in ToolCall.objects.filter(
+    for call_pk in ToolCall.objects.filter(
         hitl_mode=Approval.Mode.DEFER,
         result__isnull=True,
         executed_at__isnull=True,
         approval__status__in=[Approval.Status.APPROVED, Approval.Status.REJECTED, Approval.Status.EXPIRED],
         approval__decided_at__lt=grace,
     ).values_list("pk", flat=True):
-        queue.deferred_on_commit(call)
-        report.deferred.append(call)
+        queue.deferred_on_commit(call_pk)
+        report.deferred.append(call_pk)
     for call in ToolCall.objects.filter(
         hitl_mode=Approval.Mode.DEFER, result__isnull=True, executed_at__lt=now - DEFERRED_CLAIM_TIMEOUT
     ):

@@ -1,8 +1,9 @@
 """The JSON API (django-ninja): runs, approvals, decisions, and their SSE streams.
 
 Each endpoint parses its input, calls a service or a selector, and answers with the CLI's
---json shape (agents.serializers). Every refusal is `{"error_code", "message"}` (plus
-`field` when one field is to blame) with its HTTP status; decision attempts refused before
+--json shape (agents.schemas, which OpenAPI names as the response schemas). Every refusal
+is `{"error_code", "message"}` (plus `field` when one field is to blame) with its HTTP
+status; decision attempts refused before
 they reach the engine (not permitted, unreadable body) are audited here, the others by
 the engine itself.
 """
@@ -10,26 +11,27 @@ the engine itself.
 from __future__ import annotations
 
 import logging
+import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.utils import timezone
-from ninja import NinjaAPI, Query, Status
+from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.operation import Operation
+from ninja.pagination import LimitOffsetPagination, paginate
 
-from agents import schemas, selectors, serializers, services
-from agents.models import AuditEntry, Run
+from agents import schemas, selectors, services
+from agents.models import Approval, AuditEntry, Run
 from agents.services import Attempt
 from dashboard import sse
 from dashboard.api_auth import ApiError, Forbidden, Unauthenticated, error_response, reviewers
 from dashboard.api_schemas import (
-    ApprovalDetailOut,
-    ApprovalPageOut,
     ApprovalStatus,
     ConflictOut,
     DecideIn,
@@ -38,13 +40,13 @@ from dashboard.api_schemas import (
     LeaseHeldOut,
     Name,
     RunCreateIn,
-    RunDetailOut,
-    RunPageOut,
     RunStatus,
 )
 from dashboard.auth import ON_BEHALF, attempt_from
 
 logger = logging.getLogger(__name__)
+
+_View = TypeVar("_View", bound=Callable[..., Any])
 
 MAX_PAGE = 200
 MAX_OFFSET = 1_000_000_000
@@ -104,6 +106,51 @@ def _streams(description: str) -> dict[str, Any]:
     return {"responses": {200: {"description": description, "content": content}}}
 
 
+class PageQuery(LimitOffsetPagination.Input):
+    limit: int = Field(50, ge=1, le=MAX_PAGE)
+    offset: int = Field(0, ge=0, le=MAX_OFFSET)
+
+
+class Page(LimitOffsetPagination):
+    """Today's page shape, `{"count", "limit", "offset", "items"}`, of the rows' `shape`."""
+
+    Input = PageQuery
+
+    class Output(Schema):
+        count: int = Field(description="How many match, on all pages")
+        limit: int
+        offset: int
+        items: list[Any]
+
+    def __init__(self, *, shape: type[schemas.ApprovalSummary | schemas.RunSummary], **kwargs: Any) -> None:
+        super().__init__(max_limit=MAX_PAGE, **kwargs)
+        self.shape = shape
+
+    def paginate_queryset(
+        self, queryset: QuerySet[Any], pagination: LimitOffsetPagination.Input, request: HttpRequest, **params: Any
+    ) -> dict[str, Any]:
+        """Return one page of the rows, each as its shape."""
+        rows = queryset[pagination.offset : pagination.offset + pagination.limit]
+        return {
+            "count": queryset.count(),
+            "limit": pagination.limit,
+            "offset": pagination.offset,
+            "items": [self.shape.of(row) for row in rows],
+        }
+
+
+def _paged(shape: type[schemas.ApprovalSummary | schemas.RunSummary]) -> Callable[[_View], _View]:
+    """Paginate a view's rows with Page, as `shape`."""
+
+    def decorate(view: _View) -> _View:
+        # Ninja reads the annotations through its wrapper, whose globals are not ours: resolve them here.
+        view.__annotations__ = typing.get_type_hints(view, include_extras=True)
+        paged: _View = paginate(Page, shape=shape)(view)
+        return paged
+
+    return decorate
+
+
 class LeaseHeld(ApiError):
     status = 409
     code = "lease_held"
@@ -119,8 +166,8 @@ class NotPermitted(ApiError):
 # -- runs --------------------------------------------------------------------------------
 
 
-@api.post("/runs", response={201: RunDetailOut, **_WRITE_ERRORS}, tags=["runs"])
-def run_create(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]]:
+@api.post("/runs", response={201: schemas.RunDetail, **_WRITE_ERRORS}, tags=["runs"])
+def run_create(request: HttpRequest, body: RunCreateIn) -> Status[schemas.RunDetail]:
     """Start a run of an agent; a worker drives it."""
     run = services.run_create(
         agent=body.agent,
@@ -129,32 +176,25 @@ def run_create(request: HttpRequest, body: RunCreateIn) -> Status[dict[str, Any]
         created_by=request.user.get_username(),
         started_from="api",
     )
-    return Status(201, serializers.run_detail(run))
+    return Status(201, schemas.RunDetail.of(run))
 
 
-@api.get("/runs", response={200: RunPageOut, **_READ_ERRORS}, tags=["runs"])
-def run_list(
-    request: HttpRequest,
-    status: RunStatus = "all",
-    agent: Name | None = None,
-    limit: int = Query(50, ge=1, le=MAX_PAGE),
-    offset: int = Query(0, ge=0, le=MAX_OFFSET),
-) -> dict[str, Any]:
+@api.get("/runs", response={200: list[schemas.RunSummary], **_READ_ERRORS}, tags=["runs"])
+@_paged(schemas.RunSummary)
+def run_list(request: HttpRequest, status: RunStatus = "all", agent: Name | None = None) -> QuerySet[Run]:
     """List runs, newest first."""
-    return _page(
-        selectors.run_list(status=status or "all", agent=agent or None), serializers.run_summary, limit, offset
-    )
+    return selectors.run_list(status=status or "all", agent=agent or None)
 
 
-@api.get("/runs/{run_id}", response={200: RunDetailOut, **_READ_ERRORS}, tags=["runs"])
-def run_detail(request: HttpRequest, run_id: Id) -> dict[str, Any]:
+@api.get("/runs/{run_id}", response={200: schemas.RunDetail, **_READ_ERRORS}, tags=["runs"])
+def run_detail(request: HttpRequest, run_id: Id) -> schemas.RunDetail:
     """A run with its messages, tool calls and approvals."""
-    return serializers.run_detail(selectors.run_get(run_id))
+    return schemas.RunDetail.of(selectors.run_get(run_id))
 
 
 @api.post(
     "/runs/{run_id}/resume",
-    response={200: RunDetailOut, 409: LeaseHeldOut, **_WRITE_ERRORS},
+    response={200: schemas.RunDetail, 409: LeaseHeldOut, **_WRITE_ERRORS},
     tags=["runs"],
     openapi_extra=_streams("The run; with `Accept: text/event-stream`, the events of its drive, then `end`"),
 )
@@ -162,16 +202,16 @@ def run_resume(request: HttpRequest, run_id: Id, after: int | None = Query(None,
     """Resume a run in a worker; with `Accept: text/event-stream`, drive it here and stream it."""
     _refuse_if_driven(selectors.run_get(run_id))
     if not sse.wants_stream(request):
-        return serializers.run_detail(services.run_request_resume(run_id=run_id))
+        return schemas.RunDetail.of(services.run_request_resume(run_id=run_id))
     run = services.run_request_resume(run_id=run_id, enqueue=False)
     return sse.response(sse.drive_stream(run_id, sse.resume_point(request, after, default=run.last_event_seq)))
 
 
-@api.post("/runs/{run_id}/cancel", response={200: RunDetailOut, **_WRITE_ERRORS}, tags=["runs"])
-def run_cancel(request: HttpRequest, run_id: Id) -> dict[str, Any]:
+@api.post("/runs/{run_id}/cancel", response={200: schemas.RunDetail, **_WRITE_ERRORS}, tags=["runs"])
+def run_cancel(request: HttpRequest, run_id: Id) -> schemas.RunDetail:
     """Cancel a run that has not ended; its pending approvals expire."""
     attempt = attempt_from(request, source=AuditEntry.Source.API)
-    return serializers.run_detail(services.run_cancel(run_id=run_id, attempt=attempt))
+    return schemas.RunDetail.of(services.run_cancel(run_id=run_id, attempt=attempt))
 
 
 @api.get(
@@ -182,7 +222,7 @@ def run_cancel(request: HttpRequest, run_id: Id) -> dict[str, Any]:
 )
 async def run_events(
     request: HttpRequest, run_id: Id, after: int | None = Query(None, ge=0, le=MAX_OFFSET)
-) -> HttpResponse:
+) -> HttpResponseBase:
     """Server-sent events of one run: replayed after `Last-Event-ID` / `after`, then live."""
     await sync_to_async(selectors.run_get)(run_id)
     viewer = await sse.viewer_of(request)
@@ -201,24 +241,19 @@ def _refuse_if_driven(run: Run) -> None:
 # -- approvals ---------------------------------------------------------------------------
 
 
-@api.get("/approvals", response={200: ApprovalPageOut, **_READ_ERRORS}, tags=["approvals"])
+@api.get("/approvals", response={200: list[schemas.ApprovalSummary], **_READ_ERRORS}, tags=["approvals"])
+@_paged(schemas.ApprovalSummary)
 def approval_list(
-    request: HttpRequest,
-    status: ApprovalStatus = "pending",
-    agent: Name | None = None,
-    tool: Name | None = None,
-    limit: int = Query(50, ge=1, le=MAX_PAGE),
-    offset: int = Query(0, ge=0, le=MAX_OFFSET),
-) -> dict[str, Any]:
+    request: HttpRequest, status: ApprovalStatus = "pending", agent: Name | None = None, tool: Name | None = None
+) -> QuerySet[Approval]:
     """List approvals, newest first; pending ones unless `status` says otherwise."""
-    approvals = selectors.approval_list(status=status or "pending", agent=agent or None, tool=tool or None)
-    return _page(approvals, serializers.approval_summary, limit, offset)
+    return selectors.approval_list(status=status or "pending", agent=agent or None, tool=tool or None)
 
 
-@api.get("/approvals/{approval_id}", response={200: ApprovalDetailOut, **_READ_ERRORS}, tags=["approvals"])
-def approval_detail(request: HttpRequest, approval_id: Id) -> dict[str, Any]:
+@api.get("/approvals/{approval_id}", response={200: schemas.ApprovalDetail, **_READ_ERRORS}, tags=["approvals"])
+def approval_detail(request: HttpRequest, approval_id: Id) -> schemas.ApprovalDetail:
     """One approval: the call, who decided it and how."""
-    return serializers.approval_detail(selectors.approval_get(approval_id))
+    return schemas.ApprovalDetail.of(selectors.approval_get(approval_id))
 
 
 @api.post(
@@ -227,7 +262,7 @@ def approval_detail(request: HttpRequest, approval_id: Id) -> dict[str, Any]:
     response={200: schemas.Decision, 409: ConflictOut, **_WRITE_ERRORS, 422: ConflictOut},
     tags=["approvals"],
 )
-def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> dict[str, Any]:
+def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> schemas.Decision:
     """Approve or reject; a rejection or the quorum's last approval decides, repeating a vote changes nothing.
 
     An approval that needs more approvers answers `outcome: voted` with the votes so far;
@@ -247,9 +282,7 @@ def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> di
         expect_digest=body.expect_digest or "",
     )
     approval = selectors.approval_get(decision.approval.id)
-    return schemas.Decision.of_decision(
-        approval, outcome=decision.outcome, resume_enqueued=decision.resume_enqueued
-    ).as_json()
+    return schemas.Decision.of_decision(approval, outcome=decision.outcome, resume_enqueued=decision.resume_enqueued)
 
 
 @api.get(
@@ -258,7 +291,9 @@ def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> di
     tags=["events"],
     openapi_extra=_streams("Approval events of every run, ids by RunEvent pk"),
 )
-async def approval_events(request: HttpRequest, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> HttpResponse:
+async def approval_events(
+    request: HttpRequest, after: int | None = Query(None, ge=0, le=MAX_OFFSET)
+) -> HttpResponseBase:
     """Server-sent approval events of every run; ids are RunEvent primary keys."""
     after = sse.resume_point(request, after, default=await sync_to_async(sse.latest_approval_event)())
     viewer = await sse.viewer_of(request)
@@ -283,15 +318,6 @@ def _refuse_unless_may_speak_for(request: HttpRequest, approval_id: str, decisio
         reason=reason,
     )
     raise NotPermitted(reason, field="decided_by")
-
-
-def _page(items: QuerySet[Any], serialize: Callable[[Any], dict[str, Any]], limit: int, offset: int) -> dict[str, Any]:
-    return {
-        "count": items.count(),
-        "limit": limit,
-        "offset": offset,
-        "items": [serialize(i) for i in items[offset : offset + limit]],
-    }
 
 
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
@@ -328,7 +354,7 @@ def _service_error(request: HttpRequest, exc: services.ServiceError) -> HttpResp
     if "arguments_digest" in exc.details:  # what the arguments are now
         body["arguments_digest"] = exc.details["arguments_digest"]
     if "approval" in exc.details:  # the decision that stands
-        body["approval"] = serializers.approval_detail(exc.details["approval"])
+        body["approval"] = schemas.ApprovalDetail.of(exc.details["approval"]).as_json()
     return JsonResponse(body, status=_SERVICE_STATUS.get(type(exc), 400))
 
 

@@ -1,7 +1,6 @@
-"""Request and response shapes of the JSON API, as OpenAPI documents them.
+"""Request and error shapes of the JSON API, as OpenAPI documents them.
 
-Responses mirror agents.serializers (the CLI's --json) field for field; the API returns
-those dicts, and tests check that both stay equal. Requests are strict: unknown fields,
+Answers are agents.schemas, the CLI's --json shapes. Requests are strict: unknown fields,
 wrong JSON types and text a database cannot store (NUL, lone surrogates) are refused with 400.
 """
 
@@ -13,6 +12,7 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field
 
+from agents.schemas import ApprovalDetail
 from agents.services.approvals import MAX_TEXT_CHARS
 from agents.services.runs import MAX_INPUT_CHARS
 
@@ -29,12 +29,8 @@ def _storable(value: Any) -> Any:
     return value
 
 
-def _text(*, max_length: int, min_length: int = 0, description: str = "") -> Any:
-    field = Field(min_length=min_length, max_length=max_length, description=description or None)
-    return Annotated[str, field, AfterValidator(_storable)]
-
-
-JsonObject = Annotated[dict[str, Any], AfterValidator(_storable)]
+Storable = AfterValidator(_storable)
+JsonObject = Annotated[dict[str, Any], Storable]
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 # Ids and names are plain words; refusing anything else keeps odd bytes out of the queries.
 Id = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-]+$")]
@@ -52,20 +48,24 @@ class _Strict(Schema):
 
 
 class RunCreateIn(_Strict):
-    agent: _text(min_length=1, max_length=100, description="An agent of agentfast.yaml")
-    input: _text(min_length=1, max_length=MAX_INPUT_CHARS, description="The user's prompt")
+    agent: Annotated[str, Field(min_length=1, max_length=100, description="An agent of agentfast.yaml"), Storable]
+    input: Annotated[str, Field(min_length=1, max_length=MAX_INPUT_CHARS, description="The user's prompt"), Storable]
     auto_resume: bool = Field(True, description="Resume in a worker once its approvals are decided")
 
 
 class DecideIn(_Strict):
     decision: Literal["approved", "rejected"]
-    note: _text(max_length=MAX_TEXT_CHARS, description="Why; the model reads it on a rejection") = ""
-    feedback: _text(max_length=MAX_TEXT_CHARS, description="Rejections only: a user message to revise with") = ""
+    note: Annotated[
+        str, Field(max_length=MAX_TEXT_CHARS, description="Why; the model reads it on a rejection"), Storable
+    ] = ""
+    feedback: Annotated[
+        str, Field(max_length=MAX_TEXT_CHARS, description="Rejections only: a user message to revise with"), Storable
+    ] = ""
     arguments: JsonObject | None = Field(
         None, description="Approvals only: edited arguments, checked against the tool's schema"
     )
     payload: JsonObject | None = Field(None, description="The answer to a tool that asked for a decision itself")
-    decided_by: _text(min_length=1, max_length=150) | None = Field(
+    decided_by: Annotated[str, Field(min_length=1, max_length=150), Storable] | None = Field(
         None, description="Defaults to you; another name needs the 'decide on behalf' permission"
     )
     auto_resume: bool | None = Field(
@@ -78,7 +78,8 @@ class DecideIn(_Strict):
     )
 
 
-# -- responses ---------------------------------------------------------------------------
+# -- errors ------------------------------------------------------------------------------
+# The answers themselves are the engine's shapes (agents.schemas), which the CLI prints too.
 
 
 class ErrorOut(Schema):
@@ -87,101 +88,11 @@ class ErrorOut(Schema):
     field: str | None = None
 
 
-class ApprovalSummaryOut(Schema):
-    id: str
-    run_id: str
-    tool: str
-    arguments: dict[str, Any] | None
-    mode: str
-    status: str
-    created_at: Timestamp | None
-
-
-class ApprovalDetailOut(ApprovalSummaryOut):
-    agent: str
-    request: dict[str, Any] | None
-    decided_by: str | None
-    decided_at: Timestamp | None
-    note: str
-    feedback: str
-    edited_arguments: dict[str, Any] | None
-    payload: dict[str, Any] | None
-    expires_at: Timestamp | None
-
-
-class DecisionOut(ApprovalDetailOut):
-    outcome: Literal["decided", "idempotent"]
-    resume_enqueued: bool
-
-
 class ConflictOut(ErrorOut):
-    approval: ApprovalDetailOut | None = None
+    approval: ApprovalDetail | None = None
     arguments_digest: str | None = None  # digest_mismatch: what the arguments are now
 
 
 class LeaseHeldOut(ErrorOut):
     lease_owner: str | None = None
     lease_expires_at: Timestamp | None = None
-
-
-class MessageOut(Schema):
-    seq: int
-    role: str
-    content: str
-    tool_calls: list[dict[str, Any]] | None
-    tool_call_id: str | None
-
-
-class ToolCallOut(Schema):
-    call_id: str
-    name: str
-    arguments: dict[str, Any] | None
-    status: str
-    executed_at: Timestamp | None
-    executed_arguments: dict[str, Any] | None
-    result: dict[str, Any] | None
-    in_doubt: bool
-
-
-class RunApprovalOut(Schema):
-    id: str
-    tool: str
-    mode: str
-    status: str
-    decided_by: str | None
-    note: str
-
-
-class RunSummaryOut(Schema):
-    id: str
-    agent: str
-    status: str
-    input: str
-    created_at: Timestamp | None
-
-
-class RunDetailOut(RunSummaryOut):
-    auto_resume: bool
-    created_by: str
-    updated_at: Timestamp | None
-    lease_owner: str | None
-    lease_expires_at: Timestamp | None
-    output: str
-    error: str
-    messages: list[MessageOut]
-    tool_calls: list[ToolCallOut]
-    approvals: list[RunApprovalOut]
-
-
-class _Page(Schema):
-    count: int = Field(description="How many match, on all pages")
-    limit: int
-    offset: int
-
-
-class ApprovalPageOut(_Page):
-    items: list[ApprovalSummaryOut]
-
-
-class RunPageOut(_Page):
-    items: list[RunSummaryOut]

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 
 from agents.models import AuditEntry
@@ -33,11 +34,11 @@ def is_admin(user: Any) -> bool:
     return bool(user.is_authenticated and user.is_active and user.has_perm(AUDIT))
 
 
-def reviewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def reviewer_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """Send anonymous users to the login page; refuse (403) signed-in non-reviewers."""
 
     @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not is_reviewer(request.user):
             raise PermissionDenied("reviewers only")
         return view(request, *args, **kwargs)
@@ -45,9 +46,9 @@ def reviewer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpRe
     return login_required(wrapped)
 
 
-def admin_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def admin_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not is_admin(request.user):
             raise PermissionDenied("admins only")
         return view(request, *args, **kwargs)

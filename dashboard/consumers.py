@@ -14,7 +14,6 @@ from asgiref.sync import async_to_sync
 from channels.generic.websocket import WebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
-from django.contrib.auth.models import User
 from django.http import QueryDict
 from django.template.loader import render_to_string
 
@@ -74,7 +73,7 @@ class _GroupConsumer(WebsocketConsumer):
 
 
 def _may_still_watch(user_id: int, session_key: str | None) -> bool:
-    user = User.objects.filter(pk=user_id, is_active=True).first()
+    user = selectors.user_get_active(user_id)
     if user is None or not is_reviewer(user):
         return False
     session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
@@ -143,7 +142,7 @@ class RunConsumer(_GroupConsumer):
     def run_event(self, message: dict[str, Any]) -> None:
         if message["seq"] is None:
             return  # streamed tokens: the timeline shows stored events only
-        event = RunEvent.objects.filter(run_id=self.run_id, seq=message["seq"]).first()
+        event = selectors.run_event_get(run_id=self.run_id, seq=message["seq"])
         if event is None:
             return
         run = selectors.run_get(self.run_id)

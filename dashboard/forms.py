@@ -6,7 +6,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django import forms
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from agents import selectors
@@ -92,12 +92,10 @@ class InboxFilter(forms.Form):
 
     def pending_approvals(self) -> QuerySet[Approval]:
         """Return the pending approvals the filtered inbox lists, newest first."""
-        approvals = selectors.approval_list(status=Approval.Status.PENDING)
-        if self.is_valid():
-            if agent := self.cleaned_data["agent"]:
-                approvals = approvals.filter(run__agent=agent)
-            if tool := self.cleaned_data["tool"]:
-                approvals = approvals.filter(tool=tool)
+        data = self.cleaned_data if self.is_valid() else {"agent": "", "tool": ""}
+        approvals = selectors.approval_list(
+            status=Approval.Status.PENDING, agent=data["agent"] or None, tool=data["tool"] or None
+        )
         return eligibility.decidable(self.user, approvals) if self.for_me else approvals
 
     def matches(self, approval: Approval) -> bool:
@@ -121,21 +119,20 @@ class AuditFilter(forms.Form):
     since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
 
-    def apply(self, entries: QuerySet[AuditEntry]) -> QuerySet[AuditEntry]:
+    def entries(self) -> QuerySet[AuditEntry]:
+        """Return the audit entries these filters select (none when they are invalid)."""
         if not self.is_valid():
-            return entries.none()
+            return selectors.audit_entries().none()
         data = self.cleaned_data
-        if data["person"]:
-            entries = entries.filter(Q(actor=data["person"]) | Q(on_behalf_of=data["person"]))
-        if data["tool"]:
-            entries = entries.filter(tool=data["tool"])
-        if data["outcome"]:
-            entries = entries.filter(outcome=data["outcome"])
-        if data["since"]:
-            entries = entries.filter(created_at__gte=_day_start(data["since"]))
-        if data["until"] and data["until"] < date.max:  # the last day there is has no end to filter by
-            entries = entries.filter(created_at__lt=_day_start(data["until"] + timedelta(days=1)))
-        return entries
+        until = data["until"]
+        return selectors.audit_entries(
+            person=data["person"],
+            tool=data["tool"],
+            outcome=data["outcome"],
+            since=_day_start(data["since"]) if data["since"] else None,
+            # The last day there is has no end to filter by.
+            until=_day_start(until + timedelta(days=1)) if until and until < date.max else None,
+        )
 
 
 def _day_start(day: date) -> datetime:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.db.models import QuerySet
@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from agents import selectors, serializers, services
+from agents import schemas, selectors, services
 from agents.models import Run
 from agents.policy import (
     MODES,
@@ -64,7 +64,7 @@ def creator(request: HttpRequest) -> str:
 
 
 def recent_runs(request: HttpRequest) -> QuerySet[Run]:
-    return selectors.run_list().filter(created_by=creator(request), started_from=PLAYGROUND)[:HISTORY_SIZE]
+    return selectors.run_list(created_by=creator(request)).filter(started_from=PLAYGROUND)[:HISTORY_SIZE]
 
 
 class RunForm(forms.Form):
@@ -73,7 +73,9 @@ class RunForm(forms.Form):
 
     def __init__(self, *args: Any, agents: list[AgentSpec], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["agent"].choices = [(agent.name, agent.name) for agent in agents] + [(COMPOSE, "compose")]
+        cast(forms.ChoiceField, self.fields["agent"]).choices = [(agent.name, agent.name) for agent in agents] + [
+            (COMPOSE, "compose")
+        ]
 
 
 class AgentForm(forms.Form):
@@ -86,13 +88,13 @@ class AgentForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["tools"].choices = [(name, name) for name in registry.names()]
+        cast(forms.ChoiceField, self.fields["tools"]).choices = [(name, name) for name in registry.names()]
         for name in registry.names():
             self.fields[f"risk_{name}"] = forms.ChoiceField(choices=[(r, r) for r in RISKS], required=False)
             self.fields[f"mode_{name}"] = forms.ChoiceField(choices=[(m, m) for m in MODES], required=False)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         if data.get("model") == "openai" and not data.get("model_name"):
             self.add_error("model_name", "name the model the OpenAI-compatible endpoint serves")
         return data
@@ -129,7 +131,7 @@ def page(request: HttpRequest) -> HttpResponse:
         "modes": MODES,
         "config_error": config_error,
         "history": recent_runs(request),
-        "run_id": run_id if run_id and selectors.run_list().filter(pk=run_id).exists() else "",
+        "run_id": run_id if run_id and selectors.run_exists(run_id) else "",
         "prompts": DEMO_PROMPTS,
     }
     return render(request, "dashboard/playground.html", context)
@@ -162,7 +164,7 @@ def run_create(request: HttpRequest) -> JsonResponse:
         )
     except services.InvalidInput as exc:
         return JsonResponse({"error_code": exc.code, "message": exc.message, **exc.details}, status=400)
-    return JsonResponse({"run": serializers.run_summary(run)}, status=201)
+    return JsonResponse({"run": schemas.RunSummary.of(run).as_json()}, status=201)
 
 
 def composed_name(spec: dict[str, Any]) -> str:

@@ -194,8 +194,8 @@ def dev_login(path: Path) -> str:
         return f"login: {user.username} / {password}"
     saved = path.read_text(errors="replace").split() if path.exists() else []
     if len(saved) == 2:
-        user = User.objects.filter(username=saved[0]).first()
-        if user is not None and user.check_password(saved[1]):
+        saved_user = User.objects.filter(username=saved[0]).first()
+        if saved_user is not None and saved_user.check_password(saved[1]):
             return f"login: {saved[0]} / {saved[1]}"
     return f"login: {existing.username} (set its password with `agentfast users password {existing.username}`)"
 

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Protocol, Self, TypeVar
@@ -29,12 +29,12 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
-from django.contrib.auth.models import User
 from django.db import close_old_connections, connection
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 
-from agents import events, runtime, text
-from agents.models import ApiToken, Run, RunEvent
+from agents import events, runtime, selectors, text
+from agents.models import Run, RunEvent
 from agents.runtime.driver import DriveResult
 from agents.services import tokens
 from dashboard.api_auth import ApiError
@@ -46,7 +46,7 @@ HEARTBEAT_SECONDS = 15.0
 POLL_SECONDS = 1.0  # without a channel layer, read the table this often instead
 DRAIN_SECONDS = 1.0  # after a drive, how long its last pushes may take to arrive
 REPLAY_BATCH = 500
-APPROVAL_EVENTS = (RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_DECIDED)
+APPROVAL_EVENTS = selectors.APPROVAL_EVENTS
 # Sent once the replay is out and the stream is subscribed: a client may rely on it.
 LIVE = ": live\n\n"
 # The last frame of a stream whose viewer's access ended (logout, revoked token, ...).
@@ -63,18 +63,19 @@ def frame(event: str, payload: dict[str, Any], event_id: int | None = None) -> s
     return f"{head}event: {event}\ndata: {text.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-def response(stream: AsyncIterator[str], viewer: Viewer | None = None) -> HttpResponse:
+def response(stream: AsyncIterator[str], viewer: Viewer | None = None) -> HttpResponseBase:
     """Wrap a stream; daphne serves it from its event loop, holding no thread.
 
     A viewer over their share of open streams (AGENTFAST_STREAMS_PER_USER in this process)
     gets a 429 instead; the slot is given back when the response closes.
     """
+    body: AsyncIterable[str] = stream
     if viewer is not None:
         release = _open_streams.take(viewer.user_id)
         if release is None:
             return _too_many()
-        stream = _Slot(stream, release)
-    reply = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
+        body = _Slot(stream, release)
+    reply = StreamingHttpResponse(body, content_type="text/event-stream; charset=utf-8")
     reply["Cache-Control"] = "no-cache"
     reply["X-Accel-Buffering"] = "no"  # a proxy must not buffer the stream
     return reply
@@ -179,7 +180,7 @@ class Viewer:
 
 async def viewer_of(request: HttpRequest) -> Viewer:
     """Return the viewer of an authenticated API request (its token, else its session)."""
-    user = request.auth  # what ninja's authentication returned: the user, resolved already
+    user = request.auth  # type: ignore[attr-defined]  # what ninja's authentication returned: the user, resolved already
     token = _bearer(request)
     token_id = await _read(_token_id, token) if token else None
     return Viewer(user_id=user.pk, token_id=token_id, session_key=None if token else request.session.session_key)
@@ -196,11 +197,11 @@ def _token_id(token: str) -> int | None:
 
 
 def _may_still_watch(viewer: Viewer) -> bool:
-    user = User.objects.filter(pk=viewer.user_id, is_active=True).first()
+    user = selectors.user_get_active(viewer.user_id)
     if user is None or not is_reviewer(user):
         return False
     if viewer.token_id is not None:
-        return ApiToken.objects.filter(pk=viewer.token_id, revoked_at__isnull=True).exists()
+        return selectors.token_is_live(viewer.token_id)
     if viewer.session_key is not None:
         session = import_module(settings.SESSION_ENGINE).SessionStore(viewer.session_key)
         return str(session.get(SESSION_KEY)) == str(viewer.user_id)
@@ -405,26 +406,24 @@ class ApprovalFeed:
 
 
 def _run_events_after(run_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]:
-    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq")
-    return list(rows.values_list("seq", "type", "data")[:REPLAY_BATCH])
+    return selectors.run_events_after(run_id=run_id, seq=seq, limit=REPLAY_BATCH)
 
 
 def _run_state(run_id: str) -> tuple[str, int] | None:
-    return Run.objects.filter(pk=run_id).values_list("status", "last_event_seq").first()
+    return selectors.run_state(run_id)
 
 
 def _approval_events_after(pk: int) -> list[tuple[int, str, int, str, dict[str, Any]]]:
-    rows = RunEvent.objects.filter(type__in=APPROVAL_EVENTS, pk__gt=pk).order_by("pk")
-    return list(rows.values_list("pk", "run_id", "seq", "type", "data")[:REPLAY_BATCH])
+    return selectors.approval_events_after(pk=pk, limit=REPLAY_BATCH)
 
 
 def _event_pk(run_id: str, seq: int) -> int | None:
-    return RunEvent.objects.filter(run_id=run_id, seq=seq).values_list("pk", flat=True).first()
+    return selectors.run_event_pk(run_id=run_id, seq=seq)
 
 
 def latest_approval_event() -> int:
     """Return the pk the approval feed starts after when the client names none: now."""
-    return RunEvent.objects.filter(type__in=APPROVAL_EVENTS).order_by("-pk").values_list("pk", flat=True).first() or 0
+    return selectors.approval_event_latest()
 
 
 # -- streams -----------------------------------------------------------------------------
@@ -538,7 +537,7 @@ def _drive(run_id: str) -> DriveResult:
 
 
 def _lease_error(run_id: str) -> dict[str, Any]:
-    run = Run.objects.filter(pk=run_id).values("lease_owner", "lease_expires_at").first() or {}
+    run = selectors.run_lease(run_id)
     owner, until = run.get("lease_owner") or None, run.get("lease_expires_at")
     return {
         "error_code": "lease_held",

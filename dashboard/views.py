@@ -17,16 +17,17 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.db import connection
-from django.db.models import Count, Q, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.middleware import HtmxDetails
 
 from agents import selectors, services, text
-from agents.models import Approval, AuditEntry, Message, Run, RunEvent
+from agents.models import Approval, AuditEntry, Run
 from agents.services import eligibility
 from agents.tools import registry
 from dashboard import playground
@@ -34,6 +35,14 @@ from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_r
 from dashboard.forms import AuditFilter, DecisionForm, InboxFilter, RunFilter
 
 INBOX_PAGE_SIZE = 20
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request as django-htmx's middleware leaves it: `request.htmx` tells an htmx request apart."""
+
+    htmx: HtmxDetails
+
+
 RUNS_PAGE_SIZE = 25
 AUDIT_PAGE_SIZE = 50
 
@@ -62,7 +71,7 @@ def _query_without_page(request: HttpRequest) -> str:
 @require_GET
 @reviewer_required
 @_live_page
-def inbox(request: HttpRequest) -> HttpResponse:
+def inbox(request: HtmxHttpRequest) -> HttpResponse:
     filters = InboxFilter(request.GET, user=request.user)
     page = _page(filters.pending_approvals(), request, INBOX_PAGE_SIZE)
     eligibility.mark(request.user, page.object_list)
@@ -72,8 +81,8 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "filtered": any(filters.data.get(key) for key in ("agent", "tool")),
         "for_me": filters.for_me,
-        "agents": Run.objects.order_by("agent").values_list("agent", flat=True).distinct(),
-        "tools": Approval.objects.order_by("tool").values_list("tool", flat=True).distinct(),
+        "agents": selectors.run_agents(),
+        "tools": selectors.approval_tools(),
         "query": _query_without_page(request),
         # The consumer filters live cards the same way, and inserts them on the first page only.
         "ws_url": "/ws/inbox/?" + urlencode({**request.GET.dict(), "page": page.number}),
@@ -105,7 +114,7 @@ def _approval_context(approval: Approval, form: DecisionForm, **extra: Any) -> d
         "tool_description": tool.description if tool else "",
         "schema": schema,
         "arguments_table": _arguments_table(schema) if schema else [],
-        "messages": Message.objects.filter(run_id=approval.run_id).order_by("seq"),
+        "messages": selectors.message_list(run_id=approval.run_id),
         **extra,
     }
 
@@ -137,7 +146,7 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
+def approval_decide(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
     """Record a decision; a decision already taken is shown (409), never an error page.
 
     Every attempt is audited, refused ones too (not a reviewer, unreadable input). The
@@ -186,7 +195,7 @@ def _refuse(request: HttpRequest, approval_id: str, outcome: str, reason: str) -
 
 
 def _errors_text(form: DecisionForm) -> str:
-    return "; ".join(f"{field}: {' '.join(errors)}" for field, errors in form.errors.items())
+    return "; ".join(f"{field}: {' '.join(str(e) for e in errors)}" for field, errors in form.errors.items())
 
 
 def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval, str]:
@@ -222,12 +231,10 @@ def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval, st
 @require_GET
 @reviewer_required
 @_live_page
-def run_list(request: HttpRequest) -> HttpResponse:
+def run_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = RunFilter(request.GET)
     status = filters.cleaned_data["status"] if filters.is_valid() else ""
-    runs = selectors.run_list(status=status or None).annotate(
-        pending=Count("approvals", filter=Q(approvals__status=Approval.Status.PENDING))
-    )
+    runs = selectors.run_list_with_pending(status=status or None)
     context = {
         "page": _page(runs, request, RUNS_PAGE_SIZE),
         "status": status,
@@ -241,15 +248,15 @@ def run_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 @reviewer_required
 @_live_page
-def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     try:
         run = selectors.run_get(run_id)
     except services.NotFound:
         raise Http404("No such run.") from None
     context = {
         "run": run,
-        "events": RunEvent.objects.filter(run=run).order_by("seq"),
-        "approvals": run.approvals.order_by("created_at"),
+        "events": selectors.run_events(run),
+        "approvals": selectors.run_approvals(run),
         "definition": playground.definition(run),  # a run that carries its own agent shows it
     }
     template = "dashboard/_timeline.html" if request.htmx else "dashboard/run.html"
@@ -282,10 +289,10 @@ AUDIT_CSV_COLUMNS = (
 def audit(request: HttpRequest) -> HttpResponse:
     filters = AuditFilter(request.GET)
     context = {
-        "page": _page(filters.apply(AuditEntry.objects.all()), request, AUDIT_PAGE_SIZE),
+        "page": _page(filters.entries(), request, AUDIT_PAGE_SIZE),
         "filters": filters,
-        "people": AuditEntry.objects.order_by("actor").values_list("actor", flat=True).distinct(),
-        "tools": AuditEntry.objects.exclude(tool="").order_by("tool").values_list("tool", flat=True).distinct(),
+        "people": selectors.audit_people(),
+        "tools": selectors.audit_tools(),
         "query": _query_without_page(request),
     }
     return render(request, "dashboard/audit.html", context)
@@ -299,7 +306,7 @@ def audit_csv(request: HttpRequest) -> StreamingHttpResponse:
     The rows come from an async iterator, a batch at a time: under ASGI Django sends each
     batch as it is read (a sync iterator would be read whole into memory first).
     """
-    entries = AuditFilter(request.GET).apply(AuditEntry.objects.all())
+    entries = AuditFilter(request.GET).entries()
     name = f"agentfast-audit-{timezone.now():%Y%m%d-%H%M%S}.csv"
     response = StreamingHttpResponse(_csv_lines(entries), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
@@ -327,7 +334,7 @@ async def _csv_lines(entries: QuerySet[AuditEntry]) -> AsyncIterator[str]:
 
 def _csv_batch(entries: QuerySet[AuditEntry], after: int, writer: Any) -> tuple[int | None, str]:
     """Return the CSV lines of the next batch after id `after`, and its last id (None: the export is done)."""
-    batch = list(entries.filter(pk__gt=after).order_by("pk")[:CSV_BATCH])
+    batch = selectors.audit_entries_after(entries, pk=after, limit=CSV_BATCH)
     lines = "".join(writer.writerow(_csv_row(entry)) for entry in batch)
     return (batch[-1].pk if len(batch) == CSV_BATCH else None), lines
 

@@ -42,10 +42,10 @@ def register(groups: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> None:
-    from agents import selectors, serializers
+    from agents import schemas, selectors
 
     approvals = selectors.approval_list(status=args.status, agent=args.agent, tool=args.tool)[: args.limit]
-    rows = [serializers.approval_summary(a) for a in approvals]
+    rows = [schemas.ApprovalSummary.of(a).as_json() for a in approvals]
     if args.json:
         return print_json(rows)
     if not rows:

@@ -15,9 +15,9 @@ def register(groups: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> None:
-    from agents import selectors, serializers
+    from agents import schemas, selectors
 
-    rows = [serializers.side_effect(e) for e in selectors.sideeffect_list()]
+    rows = [schemas.SideEffectShape.of(e).as_json() for e in selectors.sideeffect_list()]
     if args.json:
         return print_json(rows)
     if not rows:

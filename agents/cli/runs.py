@@ -90,7 +90,9 @@ def _wait(run_id: str, timeout: float) -> None:
 
 def _print_outcome(run: Any) -> None:
     if run.status == "suspended":
-        for approval in run.approvals.filter(status="pending", mode="suspend"):
+        from agents import selectors
+
+        for approval in selectors.run_approvals_waiting(run):
             echo(f"waiting on {approval.id} ({approval.tool} {compact(approval.tool_call.arguments, 60)})")
         echo("decide with: agentfast approvals approve|reject <id> --by <you>")
     elif run.status == "completed":
@@ -100,9 +102,10 @@ def _print_outcome(run: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> None:
-    from agents import selectors, serializers
+    from agents import schemas, selectors
 
-    rows = [serializers.run_summary(r) for r in selectors.run_list(status=args.status, agent=args.agent)[: args.limit]]
+    runs = selectors.run_list(status=args.status, agent=args.agent)[: args.limit]
+    rows = [schemas.RunSummary.of(r).as_json() for r in runs]
     if args.json:
         return print_json(rows)
     if not rows:
@@ -116,9 +119,9 @@ def _list(args: argparse.Namespace) -> None:
 
 
 def _show(args: argparse.Namespace) -> None:
-    from agents import selectors, serializers
+    from agents import schemas, selectors
 
-    detail = serializers.run_detail(selectors.run_get(args.id))
+    detail = schemas.RunDetail.of(selectors.run_get(args.id)).as_json()
     if args.json:
         return print_json(detail)
     echo(f"{detail['id']}  agent={detail['agent']}  status={detail['status']}")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
-from django.db.models import Model
+from django.db.models import Field, Model
 from django.utils import timezone
 
-from agents import events, queue, text
+from agents import events, queue, sql, text
 from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall, Vote, arguments_digest
 from agents.services import eligibility
 from agents.services.audit import audit_append
@@ -18,7 +18,7 @@ from agents.tools import InvalidArguments, ToolError, registry
 
 DECISIONS = (Approval.Status.APPROVED, Approval.Status.REJECTED)
 MAX_TEXT_CHARS = 10_000
-APPROVAL_ID_CHARS = Approval._meta.get_field("id").max_length
+APPROVAL_ID_CHARS = cast(int, Approval._meta.get_field("id").max_length)
 SHORT_DIGEST_CHARS = 12  # what pages and `approvals show` print of a digest
 
 
@@ -210,7 +210,7 @@ def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
     The event's seq is reserved with the run's status read under the run's row lock, so a
     driver suspending the run at this moment is seen either before or after, never half.
     """
-    seq, run_status, run_auto_resume = events.reserve_returning(
+    seq, run_status, run_auto_resume = sql.run_reserve_events(
         run_id=approval.run_id, count=1, columns=("status", "auto_resume")
     )
     data = {
@@ -456,7 +456,8 @@ def audit_run(*, run_id: str, attempt: Attempt, action: str, detail: dict[str, A
 
 def _fit(value: str, model: type[Model], field: str) -> str:
     """Return text repaired and cut to the column's length."""
-    return text.repair(value)[: model._meta.get_field(field).max_length]
+    column = cast("Field[Any, Any]", model._meta.get_field(field))  # a text column, not a relation
+    return text.repair(value)[: column.max_length]
 
 
 def _lock_run(run_id: str) -> None:

@@ -150,7 +150,7 @@ def run_suspend(*, run_id: str, owner: str) -> bool:
 def run_complete(*, run_id: str, owner: str, seq: int, content: str) -> None:
     """Record the final answer and finish the run."""
     content = text.repair(content)
-    items = [
+    items: list[tuple[str, dict[str, Any]]] = [
         (RunEvent.Type.MESSAGE, {"seq": seq, "role": "assistant", "content": content}),
         (RunEvent.Type.RUN_STATUS, {"status": "completed", "output": content}),
     ]
@@ -165,7 +165,7 @@ def run_complete(*, run_id: str, owner: str, seq: int, content: str) -> None:
 def run_fail(*, run_id: str, owner: str | None, error: str) -> None:
     """Mark a run failed with a reason; with an owner, only if that owner still drives it."""
     error = text.repair(error)
-    items = [(RunEvent.Type.RUN_STATUS, {"status": "failed", "error": error})]
+    items: list[tuple[str, dict[str, Any]]] = [(RunEvent.Type.RUN_STATUS, {"status": "failed", "error": error})]
     with transaction.atomic():
         last = run_write(run_id=run_id, owner=owner, events=1, release=True, status=Run.Status.FAILED, error=error)
         events.record(run_id=run_id, last_seq=last, items=items)

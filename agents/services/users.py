@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from typing import cast
 
 from django.contrib.auth.models import Group, Permission, User
 from django.contrib.auth.password_validation import validate_password
@@ -27,8 +28,8 @@ _ADMIN_PERMISSIONS = (
     "view_sideeffect",
     "view_apitoken",
 )
-_USERNAME_CHARS = User._meta.get_field("username").max_length
-_GROUP_CHARS = Group._meta.get_field("name").max_length
+_USERNAME_CHARS = cast(int, User._meta.get_field("username").max_length)
+_GROUP_CHARS = cast(int, Group._meta.get_field("name").max_length)
 
 
 def role_groups_ensure() -> dict[str, Group]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agents import serializers, services
+from agents import schemas, services
 from agents.models import Approval, Run, SideEffect, ToolCall
 from tests.conftest import wait_for
 from tests.support.fake_openai import Reply, tool_messages
@@ -99,7 +99,7 @@ def test_it_marks_a_claim_in_doubt_after_a_kill_between_effect_and_result(
     assert call.status == "in_doubt"
     assert SideEffect.objects.filter(tool="charge_card").count() == 1  # never re-run
     assert Run.objects.get(pk=run.id).output == "charge outcome: IN_DOUBT"
-    assert serializers.run_detail(Run.objects.get(pk=run.id))["tool_calls"][0]["in_doubt"] is True
+    assert schemas.RunDetail.of(Run.objects.get(pk=run.id)).as_json()["tool_calls"][0]["in_doubt"] is True
 
 
 def test_it_finishes_a_run_whose_worker_was_killed_between_steps(start_worker, agent_config, fake_openai):

@@ -14,7 +14,7 @@ from django.apps import apps as django_apps
 from django.db import connection
 from django.test import Client
 
-from agents import serializers, services, text
+from agents import schemas, services, text
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent, SideEffect, ToolCall
 from agents.tools import ToolContext, ToolError, registry
 from tests.support.flows import decide, pending, resume, start, tool_outputs
@@ -200,7 +200,7 @@ def test_it_repairs_rows_older_versions_stored(db, carol):
         f"/admin/agents/toolcall/{approval.tool_call_id}/change/",
     ):
         assert client.get(page).status_code == 200, page  # shown repaired, before the migration too
-    shape = serializers.approval_detail(Approval.objects.select_related("tool_call").get(pk=approval.pk))
+    shape = schemas.ApprovalDetail.of(Approval.objects.select_related("tool_call").get(pk=approval.pk)).as_json()
     assert text.problem(shape) is None  # the API's and the CLI's JSON too
     migration: Any = importlib.import_module("agents.migrations.0003_repair_stored_text")
 

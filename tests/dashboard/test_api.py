@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from agents import serializers, services
+from agents import schemas, services
 from agents.models import Approval, AuditEntry, Run
 from tests.support import flows
 
@@ -72,7 +72,7 @@ def test_it_creates_a_run_as_the_token_user(api: Api, django_capture_on_commit_c
         response = api.post("/api/runs", {"agent": "support", "input": REFUND, "auto_resume": False})
     assert response.status_code == 201
     run = Run.objects.get()
-    assert response.json() == roundtrip(serializers.run_detail(run))
+    assert response.json() == roundtrip(schemas.RunDetail.of(run).as_json())
     assert (run.created_by, run.auto_resume, run.status) == ("alice", False, Run.Status.QUEUED)
     assert len(callbacks) == 1  # the worker's drive, enqueued on commit
 
@@ -90,7 +90,7 @@ def test_it_lists_runs_newest_first_a_page_at_a_time(api: Api) -> None:
     first = api.get("/api/runs", limit=2).json()
     assert first["count"] == 3
     assert [item["id"] for item in first["items"]] == [runs[2].id, runs[1].id]
-    assert first["items"][0] == roundtrip(serializers.run_summary(runs[2]))
+    assert first["items"][0] == roundtrip(schemas.RunSummary.of(runs[2]).as_json())
     second = api.get("/api/runs", limit=2, offset=2).json()
     assert [item["id"] for item in second["items"]] == [runs[0].id]
     assert api.get("/api/runs", status="completed").json()["count"] == 0
@@ -99,7 +99,7 @@ def test_it_lists_runs_newest_first_a_page_at_a_time(api: Api) -> None:
 def test_it_shows_a_run_in_the_cli_json_shape(api: Api, paused: Run) -> None:
     response = api.get(f"/api/runs/{paused.id}")
     assert response.status_code == 200
-    assert response.json() == roundtrip(serializers.run_detail(paused))
+    assert response.json() == roundtrip(schemas.RunDetail.of(paused).as_json())
 
 
 @pytest.mark.parametrize(
@@ -174,7 +174,7 @@ def test_it_lists_pending_approvals_filtered_and_paginated(api: Api, paused: Run
     other = flows.start("Refund order A1002 for 15.00 USD")
     listed = api.get("/api/approvals").json()
     assert listed["count"] == 2
-    assert listed["items"][0] == roundtrip(serializers.approval_summary(approval_of(other)))
+    assert listed["items"][0] == roundtrip(schemas.ApprovalSummary.of(approval_of(other)).as_json())
     assert api.get("/api/approvals", tool="refund_request", limit=1).json()["count"] == 2
     assert len(api.get("/api/approvals", limit=1, offset=1).json()["items"]) == 1
     assert api.get("/api/approvals", agent="elsewhere").json()["count"] == 0
@@ -197,7 +197,7 @@ def test_it_shows_an_approval_in_the_cli_json_shape(api: Api, paused: Run) -> No
     approval = approval_of(paused)
     response = api.get(f"/api/approvals/{approval.id}")
     assert response.status_code == 200
-    assert response.json() == roundtrip(serializers.approval_detail(approval))
+    assert response.json() == roundtrip(schemas.ApprovalDetail.of(approval).as_json())
 
 
 def test_it_approves_as_the_token_user_and_enqueues_the_resume(api: Api, paused: Run) -> None:
@@ -450,3 +450,20 @@ def test_it_serves_its_openapi_schema_and_docs(client: Client, db: None) -> None
     decide = schema["components"]["schemas"]["DecideIn"]
     assert decide["additionalProperties"] is False
     assert client.get("/api/docs").status_code == 200
+
+
+def test_it_answers_exactly_what_the_cli_prints_as_json(
+    api: Api, paused: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dashboard import cli
+
+    approval = approval_of(paused)
+
+    def printed(*argv: str) -> Any:
+        assert cli.main([*argv, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert api.get(f"/api/runs/{paused.id}").json() == printed("runs", "show", paused.id)
+    assert api.get(f"/api/approvals/{approval.id}").json() == printed("approvals", "show", approval.id)
+    assert api.get("/api/runs").json()["items"] == printed("runs", "list")
+    assert api.get("/api/approvals").json()["items"] == printed("approvals", "list")
