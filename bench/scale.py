@@ -6,7 +6,7 @@ events, and --audit audit entries (cloned from a real decision, spread over a ye
 people, 6 tools, mixed outcomes), in bulk_create batches. Then, signed in as an admin
 through Django's test client, --repeat requests of each page; one sweeper tick --repeat
 times; and the CSV export of the whole audit through a real daphne process.
-Postgres by default (DATABASE_URL naming a database containing "bench"); SQLite allowed.
+Postgres by default (DATABASE_URL naming a database containing "bench"); --sqlite allowed.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=30, help="timed requests of each page (default 30)")
     parser.add_argument("--no-csv", action="store_true", help="skip the CSV export through daphne")
     parser.add_argument("--verbose", action="store_true", help="print EXPLAIN of each page's queries")
+    parser.add_argument("--sqlite", action="store_true", help="on a fresh SQLite file in var/bench/ instead")
     args = parser.parse_args(argv)
     if min(args.pending, args.audit, args.events, args.repeat) < 1:
         parser.error("--pending, --audit, --events and --repeat must be at least 1")
@@ -54,7 +55,10 @@ def _terminate(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
-    os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
+    if args.sqlite:
+        os.environ.pop("DATABASE_URL", None)  # the bench's own SQLite file
+    else:
+        os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
     redis = None
     try:
         target = setup.prepare()
