@@ -510,7 +510,7 @@ def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[st
     approved = Approval.objects.filter(run_id__in=run_ids, status=Approval.Status.APPROVED).count()
     return {
         "runs": args.runs,
-        "completed": args.runs,
+        "completed": Run.objects.filter(pk__in=run_ids, status=Run.Status.COMPLETED).count(),
         "approved": approved,
         "effects": effects.count(),
         "distinct_effects": effects.values("idempotency_key").distinct().count(),
