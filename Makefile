@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test test-fast test-postgres typecheck bench bench-web install clean
+.PHONY: run test test-fast test-postgres typecheck bench bench-web bench-compare bench-scale install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,6 +14,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The bench extra (LangGraph, the peer `make bench-compare` measures against), never in the default install.
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	touch $(BENCH_STAMP)
 
 ## Start everything on this machine: SQLite, a private Redis, web (8321), worker and beat.
 run: $(STAMP)
@@ -41,6 +47,16 @@ bench: $(STAMP)
 bench-web: $(STAMP)
 	$(BIN)/python -m bench.api_latency
 	$(BIN)/python -m bench.dashboard_latency
+
+## agentfast against LangGraph's Postgres checkpointer: round trip, bytes per paused run, runs/s (Postgres).
+## BENCH_ARGS="--runs 1000" for the issue's figure; DATABASE_URL must name a database containing "bench".
+bench-compare: $(BENCH_STAMP)
+	$(BIN)/python -m bench.compare $(BENCH_ARGS)
+
+## Page, sweeper and CSV latencies over 100,000 pending approvals, 100,000 runs and 1,000,000 audit entries.
+## Postgres by default (DATABASE_URL must name a database containing "bench"); BENCH_ARGS="--verbose" for EXPLAIN.
+bench-scale: $(STAMP)
+	$(BIN)/python -m bench.scale $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var

@@ -1,0 +1,448 @@
+"""`python -m bench.scale`: the pages, the sweeper and the CSV export over a large database.
+
+Builds --pending paused runs (one pending approval each, cloned row by row from a run the
+engine really paused: run, messages, tool call, approval, events), one run with --events
+events, and --audit audit entries (cloned from a real decision, spread over a year, 200
+people, 6 tools, mixed outcomes), in bulk_create batches. Then, signed in as an admin
+through Django's test client, --repeat requests of each page; one sweeper tick --repeat
+times; and the CSV export of the whole audit through a real daphne process.
+Postgres by default (DATABASE_URL naming a database containing "bench"); --sqlite allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from bench import setup
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/agentfast_bench_scale"
+BATCH = 2000
+AGENTS = [f"bench-{n}" for n in range(10)]  # the filtered inbox page picks one of ten
+TOOLS = ["send_email", "issue_refund", "delete_account", "update_address", "create_ticket", "close_ticket"]
+PEOPLE = [f"reviewer{n:03d}" for n in range(200)]
+TARGETS = {"page": 50.0, "audit": 100.0, "sweeper": 100.0, "csv_rows_per_s": 50_000.0, "first_byte_s": 1.0}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pending", type=int, default=100_000, help="paused runs, one pending approval each")
+    parser.add_argument("--audit", type=int, default=1_000_000, help="audit entries (default 1,000,000)")
+    parser.add_argument("--events", type=int, default=1000, help="events of the one long run (default 1000)")
+    parser.add_argument("--repeat", type=int, default=30, help="timed requests of each page (default 30)")
+    parser.add_argument("--no-csv", action="store_true", help="skip the CSV export through daphne")
+    parser.add_argument("--verbose", action="store_true", help="print EXPLAIN of each page's queries")
+    parser.add_argument("--sqlite", action="store_true", help="on a fresh SQLite file in var/bench/ instead")
+    args = parser.parse_args(argv)
+    if min(args.pending, args.audit, args.events, args.repeat) < 1:
+        parser.error("--pending, --audit, --events and --repeat must be at least 1")
+    return args
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwind through the finally blocks: stop the processes
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    if args.sqlite:
+        os.environ.pop("DATABASE_URL", None)  # the bench's own SQLite file
+    else:
+        os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
+    redis = None
+    try:
+        target = setup.prepare()
+        redis = setup.start_redis()
+        with _django(target):
+            print(render(_run(args, target)))
+    except setup.BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        setup.stop_workers()
+        setup.stop_redis(redis)
+    return 0
+
+
+@contextmanager
+def _django(target: setup.Target) -> Iterator[None]:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    progress(f"migrating a fresh {target.engine} database ({target.label})")
+    call_command("migrate", verbosity=0, interactive=False)
+    try:
+        yield
+    finally:
+        connections.close_all()
+
+
+def progress(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+# -- building the data ----------------------------------------------------------------------
+
+
+@contextmanager
+def _dates_settable(*models: Any) -> Iterator[None]:
+    """Let bulk_create keep the created_at we give (auto_now_add would overwrite it)."""
+    fields = [m._meta.get_field("created_at") for m in models]
+    for f in fields:
+        f.auto_now_add = False
+    try:
+        yield
+    finally:
+        for f in fields:
+            f.auto_now_add = True
+
+
+def build(args: argparse.Namespace) -> dict[str, Any]:
+    from agents.models import AuditEntry, Run
+    from bench import measure
+
+    t0 = time.perf_counter()
+    measure.check_flow()  # one real decision: the audit entries' template
+    template = measure.paused_run()
+    progress(f"building {args.pending:,} paused runs with a pending approval each")
+    _clone_runs(template, args.pending)
+    t1 = time.perf_counter()
+    long_run = measure.paused_run()
+    _add_events(long_run, args.events)
+    progress(f"building {args.audit:,} audit entries")
+    _clone_audit(AuditEntry.objects.order_by("id").first(), args.audit)
+    t2 = time.perf_counter()
+    _analyze()
+    return {
+        "long_run": long_run,
+        "runs_seconds": t1 - t0,
+        "audit_seconds": t2 - t1,
+        "seconds": time.perf_counter() - t0,
+        "runs": Run.objects.count(),
+        "audit": args.audit,
+    }
+
+
+def _clone_runs(template_id: str, count: int) -> None:
+    from django.db import transaction
+
+    from agents import ids
+    from agents.models import Approval, Message, Run, RunEvent, ToolCall
+
+    run = Run.objects.get(pk=template_id)
+    messages = list(Message.objects.filter(run=run))
+    calls = list(ToolCall.objects.filter(run=run))
+    approvals = {a.tool_call_id: a for a in Approval.objects.filter(run=run)}
+    events = list(RunEvent.objects.filter(run=run))
+    rng = random.Random(12)
+    done = 0
+    while done < count:
+        size = min(BATCH, count - done)
+        new_runs = [_copy(run, id=ids.new_run_id(), agent=rng.choice(AGENTS)) for _ in range(size)]
+        with transaction.atomic():
+            Run.objects.bulk_create(new_runs)
+            Message.objects.bulk_create(_copy(m, id=None, run_id=r.id) for r in new_runs for m in messages)
+            RunEvent.objects.bulk_create(_copy(e, id=None, run_id=r.id) for r in new_runs for e in events)
+            new_calls = ToolCall.objects.bulk_create(_copy(c, id=None, run_id=r.id) for r in new_runs for c in calls)
+            Approval.objects.bulk_create(
+                _copy(
+                    approvals[old.pk],
+                    id=ids.approval_id(new.run_id, new.call_id),
+                    run_id=new.run_id,
+                    tool_call_id=new.pk,
+                )
+                for old, new in zip(calls * size, new_calls, strict=True)
+                if old.pk in approvals
+            )
+        done += size
+        if done % 20_000 < BATCH:
+            progress(f"  {done:,} runs")
+
+
+def _copy(row: Any, **changes: Any) -> Any:
+    """Return an unsaved copy of a model instance with some fields changed."""
+    values = {f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields}
+    values.update(changes)
+    return type(row)(**values)
+
+
+def _add_events(run_id: str, count: int) -> None:
+    from django.db import transaction
+
+    from agents.models import Run, RunEvent
+
+    run = Run.objects.get(pk=run_id)
+    first = run.last_event_seq + 1
+    with transaction.atomic():
+        RunEvent.objects.bulk_create(
+            (
+                RunEvent(
+                    run_id=run_id,
+                    seq=first + n,
+                    type=RunEvent.Type.MESSAGE,
+                    data={"role": "assistant", "content": f"Step {n}: checked."},
+                )
+                for n in range(count)
+            ),
+            batch_size=BATCH,
+        )
+        Run.objects.filter(pk=run_id).update(last_event_seq=first + count - 1)
+
+
+def _clone_audit(template: Any, count: int) -> None:
+    from django.db import transaction
+    from django.utils import timezone
+
+    from agents.models import AuditEntry
+
+    rng = random.Random(7)
+    outcomes = [AuditEntry.Outcome.DECIDED] * 8 + [AuditEntry.Outcome.IDEMPOTENT, AuditEntry.Outcome.NOT_PERMITTED]
+    start = timezone.now() - timedelta(days=365)
+    step = timedelta(days=365) / count
+    done = 0
+    with _dates_settable(AuditEntry):
+        while done < count:
+            size = min(BATCH * 5, count - done)
+            rows = []
+            for n in range(done, done + size):
+                outcome = rng.choice(outcomes)
+                rows.append(
+                    _copy(
+                        template,
+                        id=None,
+                        actor=rng.choice(PEOPLE),
+                        tool=rng.choice(TOOLS),
+                        action=rng.choice(("approved", "approved", "rejected")),
+                        outcome=outcome,
+                        approval_id=f"appr_run_{n:026d}_call_1",
+                        run_id=f"run_{n:026d}",
+                        created_at=start + step * n,
+                    )
+                )
+            with transaction.atomic():
+                AuditEntry.objects.bulk_create(rows)
+            done += size
+            if done % 200_000 < BATCH * 5:
+                progress(f"  {done:,} audit entries")
+
+
+def _analyze() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace, target: setup.Target) -> dict[str, Any]:
+    from agents import services
+
+    started = time.perf_counter()
+    built = build(args)
+    progress(f"built in {built['seconds']:.1f} s; timing the pages ({args.repeat} requests each)")
+    admin, _ = services.user_create(username="bench-admin", role="admin")
+    client = _client(admin)
+    pages = _pages(built["long_run"])
+    results: dict[str, Any] = {"built": built, "pages": {}, "explain": {}}
+    for label, (url, kind) in pages.items():
+        results["pages"][label] = {"kind": kind, "url": url, **_time_page(client, url, args.repeat)}
+        if args.verbose:
+            results["explain"][label] = _explain(client, url)
+    progress(f"timing a sweeper tick ({args.repeat} ticks)")
+    results["sweeper"] = _time_sweeper(args.repeat)
+    if not args.no_csv:
+        progress(f"exporting {args.audit:,} audit entries as CSV through daphne")
+        results["csv"] = _csv_export(client)
+    results["meta"] = {
+        "database": f"{target.engine} ({target.label})",
+        "cpus": os.cpu_count(),
+        "loadavg_1m": os.getloadavg()[0],
+        "seconds": time.perf_counter() - started,
+        "args": vars(args),
+    }
+    return results
+
+
+def _client(admin: Any) -> Any:
+    from django.test import Client
+
+    client = Client(HTTP_HOST="127.0.0.1")  # a host the settings allow
+    client.force_login(admin)
+    return client
+
+
+def _pages(long_run: str) -> dict[str, tuple[str, str]]:
+    """Label → (URL, which target applies)."""
+    return {
+        "inbox, first page": ("/", "page"),
+        f"inbox, filtered (agent={AGENTS[3]})": (f"/?agent={AGENTS[3]}", "page"),
+        "inbox, page 100": ("/?page=100", "page"),
+        "API approvals list (pending)": ("/api/approvals?status=pending", "page"),
+        f"API approvals list (agent={AGENTS[3]})": (f"/api/approvals?status=pending&agent={AGENTS[3]}", "page"),
+        "runs page": ("/runs", "page"),
+        "runs page (status=suspended)": ("/runs?status=suspended", "page"),
+        "run page, 1,000 events": (f"/runs/{long_run}", "page"),
+        "audit page": ("/audit", "audit"),
+        f"audit filtered (person={PEOPLE[7]})": (f"/audit?person={PEOPLE[7]}", "audit"),
+        "audit filtered (tool, outcome)": ("/audit?tool=issue_refund&outcome=not_permitted", "audit"),
+    }
+
+
+def _time_page(client: Any, url: str, repeat: int) -> dict[str, Any]:
+    from bench import measure
+
+    samples = []
+    for index in range(repeat + 3):
+        gc.collect()
+        t0 = time.perf_counter()
+        response = client.get(url)
+        body = response.content
+        elapsed = measure.ms(time.perf_counter() - t0)
+        if response.status_code != 200:
+            raise setup.BenchError(f"GET {url}: {response.status_code} {body[:300]!r}")
+        if index >= 3:
+            samples.append(elapsed)
+    return {**measure.summary(samples), "bytes": len(body)}
+
+
+def _explain(client: Any, url: str) -> list[dict[str, Any]]:
+    """Run the page once capturing its queries; EXPLAIN ANALYZE those on the agents_* tables."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        client.get(url)
+    explained = []
+    for query in captured.captured_queries:
+        sql = query["sql"]
+        if "agents_" not in sql or not sql.lstrip().upper().startswith("SELECT"):
+            continue
+        prefix = "EXPLAIN ANALYZE " if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
+        with connection.cursor() as cursor:
+            cursor.execute(prefix + sql)
+            plan = [" ".join(str(c) for c in row) for row in cursor.fetchall()]
+        explained.append({"ms": float(query["time"]) * 1000.0, "sql": sql, "plan": plan})
+    return explained
+
+
+def _time_sweeper(repeat: int) -> dict[str, Any]:
+    from agents import sweeper
+    from bench import measure
+
+    samples = []
+    for index in range(repeat + 3):
+        t0 = time.perf_counter()
+        sweeper.sweep()
+        if index >= 3:
+            samples.append(measure.ms(time.perf_counter() - t0))
+    return measure.summary(samples)
+
+
+def _csv_export(client: Any) -> dict[str, Any]:
+    """Stream /audit.csv from a real daphne (the async iterator is only streamed under ASGI)."""
+    import httpx
+    from django.conf import settings
+
+    server = setup.start_daphne(setup.VAR_DIR / "scale-daphne.log")
+    try:
+        pid = server.process.pid
+        rss_before = _proc_kb(pid, "VmRSS")
+        cookies = {settings.SESSION_COOKIE_NAME: client.cookies[settings.SESSION_COOKIE_NAME].value}
+        with httpx.Client(base_url=server.url, cookies=cookies, timeout=600) as http:
+            t0 = time.perf_counter()
+            first = None
+            lines = 0
+            size = 0
+            with http.stream("GET", "/audit.csv") as response:
+                if response.status_code != 200:
+                    raise setup.BenchError(f"GET /audit.csv: {response.status_code}")
+                for chunk in response.iter_bytes():
+                    if first is None:
+                        first = time.perf_counter() - t0
+                    lines += chunk.count(b"\n")
+                    size += len(chunk)
+            seconds = time.perf_counter() - t0
+        peak = _proc_kb(pid, "VmHWM")
+    finally:
+        server.stop()
+    rows = lines - 1  # the header
+    return {
+        "rows": rows,
+        "bytes": size,
+        "seconds": seconds,
+        "rows_per_s": rows / seconds if seconds else float("nan"),
+        "first_byte_s": first,
+        "rss_before_mb": rss_before / 1024,
+        "peak_rss_mb": peak / 1024,
+    }
+
+
+def _proc_kb(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+# -- the report ----------------------------------------------------------------------------------
+
+
+def render(results: dict[str, Any]) -> str:
+    meta, built = results["meta"], results["built"]
+    out = [
+        f"agentfast at scale · {meta['database']}",
+        f"{meta['cpus']} CPUs, load average {meta['loadavg_1m']:.2f}; bench time {meta['seconds']:.1f} s",
+        (
+            f"built {built['runs']:,} runs ({meta['args']['pending']:,} pending approvals) in {built['runs_seconds']:.1f} s, "
+            f"{built['audit']:,} audit entries in {built['audit_seconds']:.1f} s"
+        ),
+        "",
+        f"{'PAGE (admin, Django test client)':<48}{'n':>5}{'p50 ms':>10}{'p95 ms':>10}{'target p95':>12}{'KB':>8}",
+    ]
+    for label, page in results["pages"].items():
+        target = TARGETS[page["kind"]]
+        out.append(
+            f"{label:<48}{page['n']:>5}{page['p50_ms']:>10.1f}{page['p95_ms']:>10.1f}{f'≤ {target:.0f}':>12}"
+            f"{page['bytes'] / 1024:>8.0f}"
+        )
+    sweep = results["sweeper"]
+    out.append(
+        f"{'sweeper tick':<48}{sweep['n']:>5}{sweep['p50_ms']:>10.1f}{sweep['p95_ms']:>10.1f}"
+        f"{'≤ {:.0f}'.format(TARGETS['sweeper']):>12}"
+    )
+    csv = results.get("csv")
+    if csv:
+        out += [
+            "",
+            f"CSV export of the audit through daphne: {csv['rows']:,} rows, {csv['bytes'] / 1e6:.1f} MB in {csv['seconds']:.1f} s",
+            f"  rows/s             {csv['rows_per_s']:>12,.0f}   (target ≥ {TARGETS['csv_rows_per_s']:,.0f})",
+            f"  first byte         {csv['first_byte_s']:>12.3f} s (target < {TARGETS['first_byte_s']:.0f} s)",
+            f"  daphne RSS         {csv['rss_before_mb']:>9.0f} MB before, peak {csv['peak_rss_mb']:.0f} MB (target: flat)",
+        ]
+    out += ["", "targets are issue 12's, printed for information; nothing here asserts them"]
+    for label, queries in results["explain"].items():
+        out += ["", f"EXPLAIN · {label} · {len(queries)} queries on agents_* tables"]
+        for query in queries:
+            out += [f"  -- {query['ms']:.1f} ms: {query['sql']}"]
+            out += [f"     {line}" for line in query["plan"]]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
