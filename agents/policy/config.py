@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, f
 from pydantic_core import PydanticCustomError
 
 from agents import text
+from agents.notify.config import NotificationConfig
 
 RISKS = ("low", "high")
 MODES = ("suspend", "defer")
@@ -130,6 +131,7 @@ class ConfigFile(_Entry):
 
     agents: dict[StrictStr, AgentConfig] = Field(default_factory=dict)
     tool_overrides: dict[StrictStr, ToolPolicy] = Field(default_factory=dict)
+    notifications: list[NotificationConfig] = Field(default_factory=list)
 
 
 def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
@@ -153,6 +155,7 @@ class Policy:
     path: Path
     agents: dict[str, AgentSpec] = field(default_factory=dict)
     tool_overrides: dict[str, ToolPolicy] = field(default_factory=dict)
+    notifications: tuple[NotificationConfig, ...] = ()
 
     def tool_policy(self, tool_name: str, agent: AgentSpec | None = None) -> ToolPolicy:
         """Return what a tool's calls need for an agent: the file's policy, raised (never lowered) by the agent's."""
@@ -218,7 +221,9 @@ def parse(raw: Any, path: Path) -> Policy:
     config = _validate(ConfigFile, {} if raw is None else raw, path)
     agents = {name: _agent(name, entry, path) for name, entry in config.agents.items()}
     _check_tools_exist(agents, config.tool_overrides, path, prefix="agents.")
-    return Policy(path=path, agents=agents, tool_overrides=config.tool_overrides)
+    return Policy(
+        path=path, agents=agents, tool_overrides=config.tool_overrides, notifications=tuple(config.notifications)
+    )
 
 
 def _agent(name: str, entry: AgentConfig, path: Path) -> AgentSpec:

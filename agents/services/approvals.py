@@ -9,7 +9,7 @@ from django.db import transaction
 from django.db.models import Model
 from django.utils import timezone
 
-from agents import events, queue, text
+from agents import events, notify, queue, text
 from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall
 from agents.services.errors import AlreadyDecided, InvalidInput, NotFound, WrongState
 from agents.tools import InvalidArguments, ToolError, registry
@@ -80,6 +80,7 @@ def approval_decide(
             for name, value in fields.items():
                 setattr(approval, name, value)
             resume = _after_decision(approval, attempt, auto_resume)
+            notify.announce("approval.decided", approval.id)
     if won:
         return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume)
     return _refuse_or_repeat(approval.pk, decision, attempt, note, arguments)
@@ -266,6 +267,7 @@ def approval_expire(*, approval: Approval, actor: str, reason: str, resume: bool
         attempt = Attempt(actor=actor, source=AuditEntry.Source.SYSTEM)
         _audit(approval, attempt, action="expired", outcome=AuditEntry.Outcome.DECIDED, detail={"note": reason})
         _announce_and_unblock(approval, None if resume else False)
+        notify.announce("approval.expired", approval.id)
     return True
 
 

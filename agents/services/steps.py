@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agents import events, ids, sql, text
+from agents import events, ids, notify, sql, text
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.services.runs import run_write
 
@@ -93,6 +93,7 @@ def step_open(
             if c.hitl_mode
         )
         events.record(run_id=run_id, last_seq=last, items=items)
+        notify.announce_all("approval.required", [ids.approval_id(run_id, c.call_id) for c in calls if c.hitl_mode])
     return seq + len(messages)
 
 
@@ -208,6 +209,7 @@ def toolcall_ask(
         approval.save(force_insert=True)
         event = _approval_required(tool_call, request=request, suspended=False)
         events.record(run_id=tool_call.run_id, last_seq=last, items=[event])
+        notify.announce("approval.required", approval.id)
     return approval
 
 
