@@ -6,12 +6,13 @@ import base64
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.utils import timezone
 
 from agents import services
-from agents.models import AuditEntry
+from agents.models import Approval, AuditEntry
 from agents.notify import dispatch
 from agents.notify.models import Delivery
 from agents.policy.config import ConfigError, get_policy
@@ -53,15 +54,17 @@ def webhook_to(agent_config: Callable[[str], Path], monkeypatch: pytest.MonkeyPa
     return configure
 
 
-def _paused(capture: Callable[..., object]):  # noqa: ANN202
+def _paused(capture: Callable[..., Any]) -> Approval:
+    """Pause a refund, running what its commit triggers (the announcement)."""
     with capture(execute=True):
         run = start(REFUND)
-    return run, pending(run)[0]
+    assert run.status == "suspended"
+    return pending(run)[0]
 
 
 def test_it_signs_a_webhook_that_the_receiver_verifies(db, receiver, webhook_to, django_capture_on_commit_callbacks):
     webhook_to(receiver.start().url)
-    run, approval = _paused(django_capture_on_commit_callbacks)
+    approval = _paused(django_capture_on_commit_callbacks)
 
     delivery = Delivery.objects.get(approval_id=approval.id)
     assert (delivery.kind, delivery.event_type, delivery.status) == ("webhook", "approval.required", "pending")
@@ -82,7 +85,7 @@ def test_it_loses_nothing_while_the_receiver_is_down_and_sends_nothing_twice(
     db, receiver, webhook_to, django_capture_on_commit_callbacks
 ):
     webhook_to(receiver.url)  # not started: connections are refused
-    run, approval = _paused(django_capture_on_commit_callbacks)
+    approval = _paused(django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=True):
         decide(approval, "approved", by="alice")
     deliveries = list(Delivery.objects.filter(approval_id=approval.id).order_by("pk"))
@@ -113,7 +116,7 @@ def test_it_loses_nothing_while_the_receiver_is_down_and_sends_nothing_twice(
 def test_it_retries_for_about_a_day_then_gives_up(db, webhook_to, receiver, django_capture_on_commit_callbacks):
     assert timedelta(hours=20) < timedelta(seconds=sum(notify_services.BACKOFF)) < timedelta(hours=30)
     webhook_to(receiver.url)
-    run, approval = _paused(django_capture_on_commit_callbacks)
+    approval = _paused(django_capture_on_commit_callbacks)
     delivery = Delivery.objects.get(approval_id=approval.id)
     now = timezone.now()
     outcomes = []
@@ -130,8 +133,7 @@ def test_it_stores_a_missing_secret_as_a_failed_attempt_and_still_pauses(
     agent_config(
         AGENT + f"notifications:\n  - kind: webhook\n    url: {receiver.start().url}\n    secret_env: UNSET_X\n"
     )
-    run, approval = _paused(django_capture_on_commit_callbacks)
-    assert run.status == "suspended"
+    approval = _paused(django_capture_on_commit_callbacks)
     delivery = Delivery.objects.get(approval_id=approval.id)
     assert dispatch.send(delivery.pk) == "pending"
     delivery.refresh_from_db()
@@ -141,7 +143,7 @@ def test_it_stores_a_missing_secret_as_a_failed_attempt_and_still_pauses(
 
 def test_it_notifies_only_the_events_an_entry_asks_for(db, receiver, webhook_to, django_capture_on_commit_callbacks):
     webhook_to(receiver.start().url, events="approval.decided")
-    run, approval = _paused(django_capture_on_commit_callbacks)
+    approval = _paused(django_capture_on_commit_callbacks)
     assert not Delivery.objects.exists()
     with django_capture_on_commit_callbacks(execute=True):
         decide(approval, "rejected", by="alice")
@@ -150,7 +152,7 @@ def test_it_notifies_only_the_events_an_entry_asks_for(db, receiver, webhook_to,
 
 def test_it_announces_an_expiry(db, receiver, webhook_to, django_capture_on_commit_callbacks):
     webhook_to(receiver.start().url, events="approval.expired")
-    run, approval = _paused(django_capture_on_commit_callbacks)
+    approval = _paused(django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=True):
         services.approval_expire(approval=approval, actor="system", reason="deadline")
     delivery = Delivery.objects.get()
@@ -162,7 +164,7 @@ def test_it_redelivers_with_the_same_id_and_audits_it(
     db, carol, receiver, webhook_to, django_capture_on_commit_callbacks
 ):
     webhook_to(receiver.start().url)
-    run, approval = _paused(django_capture_on_commit_callbacks)
+    _paused(django_capture_on_commit_callbacks)
     delivery = Delivery.objects.get()
     dispatch.send(delivery.pk)
     attempt = services.Attempt(actor="carol", source=AuditEntry.Source.WEB, origin="127.0.0.1")

@@ -42,7 +42,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 — http.server's name
+            def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
                 headers = {key.lower(): value for key, value in self.headers.items()}
                 receiver.received.append(Received(headers, json.loads(raw), receiver._verify(raw, headers)))
