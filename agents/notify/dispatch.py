@@ -48,14 +48,14 @@ def _targets(channel: Any, payload: dict[str, Any]) -> list[Target]:
 
 
 def recipients(names: tuple[str, ...]) -> list[str]:
-    """Return the active users an email entry names (usernames, or group:NAME), each once."""
+    """Return the active users with an address that an email entry names (usernames, or group:NAME), each once."""
     found: dict[str, None] = {}
     for name in names:
         if name.startswith("group:"):
             users = User.objects.filter(groups__name=name.removeprefix("group:"), is_active=True)
         else:
             users = User.objects.filter(username=name, is_active=True)
-        for username in users.order_by("username").values_list("username", flat=True):
+        for username in users.exclude(email="").order_by("username").values_list("username", flat=True):
             found[username] = None
     return list(found)
 
