@@ -33,7 +33,7 @@ class Delivery(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ("-created_at", "-id")
+        ordering = ["-created_at", "-id"]
         verbose_name_plural = "deliveries"
 
     def __str__(self) -> str:
@@ -53,7 +53,7 @@ class DeliveryAttempt(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ("delivery", "id")
+        ordering = ["delivery", "id"]
 
     def __str__(self) -> str:
         return f"{self.delivery_id}: {self.status_code or self.error[:40]}"
