@@ -6,78 +6,117 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agents', '0004_policy_fields'),
+        ("agents", "0004_policy_fields"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Delivery',
+            name="Delivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('webhook', 'Webhook'), ('email', 'Email'), ('slack', 'Slack'), ('slack_response', 'Slack Response')], max_length=20)),
-                ('target', models.CharField(max_length=500)),
-                ('event_type', models.CharField(max_length=40)),
-                ('approval_id', models.CharField(db_index=True, max_length=200)),
-                ('payload', models.JSONField(default=dict)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('delivered', 'Delivered'), ('failed', 'Failed')], default='pending', max_length=10)),
-                ('attempts', models.PositiveSmallIntegerField(default=0)),
-                ('next_attempt_at', models.DateTimeField(blank=True, db_index=True, null=True)),
-                ('last_error', models.TextField(blank=True)),
-                ('delivered_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("webhook", "Webhook"),
+                            ("email", "Email"),
+                            ("slack", "Slack"),
+                            ("slack_response", "Slack Response"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("target", models.CharField(max_length=500)),
+                ("event_type", models.CharField(max_length=40)),
+                ("approval_id", models.CharField(db_index=True, max_length=200)),
+                ("payload", models.JSONField(default=dict)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("pending", "Pending"), ("delivered", "Delivered"), ("failed", "Failed")],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("attempts", models.PositiveSmallIntegerField(default=0)),
+                ("next_attempt_at", models.DateTimeField(blank=True, db_index=True, null=True)),
+                ("last_error", models.TextField(blank=True)),
+                ("delivered_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'verbose_name_plural': 'deliveries',
-                'ordering': ['-created_at', '-id'],
+                "verbose_name_plural": "deliveries",
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='OneClickLink',
+            name="OneClickLink",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('nonce', models.CharField(max_length=40, unique=True)),
-                ('approval_id', models.CharField(db_index=True, max_length=200)),
-                ('username', models.CharField(max_length=150)),
-                ('used_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("nonce", models.CharField(max_length=40, unique=True)),
+                ("approval_id", models.CharField(db_index=True, max_length=200)),
+                ("username", models.CharField(max_length=150)),
+                ("used_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
         ),
         migrations.CreateModel(
-            name='SlackRequest',
+            name="SlackRequest",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('signature', models.CharField(max_length=100, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("signature", models.CharField(max_length=100, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
             ],
         ),
         migrations.AlterField(
-            model_name='auditentry',
-            name='source',
-            field=models.CharField(choices=[('web', 'Web'), ('api', 'Api'), ('cli', 'Cli'), ('system', 'System'), ('email', 'Email'), ('slack', 'Slack')], max_length=10),
+            model_name="auditentry",
+            name="source",
+            field=models.CharField(
+                choices=[
+                    ("web", "Web"),
+                    ("api", "Api"),
+                    ("cli", "Cli"),
+                    ("system", "System"),
+                    ("email", "Email"),
+                    ("slack", "Slack"),
+                ],
+                max_length=10,
+            ),
         ),
         migrations.CreateModel(
-            name='DeliveryAttempt',
+            name="DeliveryAttempt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status_code', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('error', models.TextField(blank=True)),
-                ('duration_ms', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('delivery', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attempt_log', to='agents.delivery')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("status_code", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("error", models.TextField(blank=True)),
+                ("duration_ms", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "delivery",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="attempt_log", to="agents.delivery"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['delivery', 'id'],
+                "ordering": ["delivery", "id"],
             },
         ),
         migrations.CreateModel(
-            name='SlackLink',
+            name="SlackLink",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('slack_id', models.CharField(max_length=40, unique=True)),
-                ('user', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='slack_link', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("slack_id", models.CharField(max_length=40, unique=True)),
+                (
+                    "user",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="slack_link",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
     ]
