@@ -271,6 +271,8 @@ class AuditEntry(models.Model):
         API = "api"
         CLI = "cli"
         SYSTEM = "system"
+        EMAIL = "email"  # a one-click link from a notification mail
+        SLACK = "slack"  # a button of a chat message
 
     class Outcome(models.TextChoices):
         DECIDED = "decided"
@@ -343,3 +345,7 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+# Notification deliveries live with their channels; imported here so Django sees them as this app's models.
+from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink, SlackLink, SlackRequest  # noqa: F401

@@ -16,6 +16,7 @@ from agents.models import (
     ApiToken,
     Approval,
     AuditEntry,
+    Delivery,
     Message,
     Run,
     RunEvent,
@@ -100,3 +101,10 @@ class ApiTokenAdmin(ReadOnlyAdmin):
     list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
     # The hash is a credential verifier: not worth showing to anyone.
     exclude = ("token_hash",)
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    list_display = ("id", "kind", "event_type", "target", "status", "attempts", "next_attempt_at", "created_at")
+    list_filter = ("kind", "status", "event_type")
+    search_fields = ("approval_id", "target")

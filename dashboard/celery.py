@@ -10,4 +10,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
 app = Celery("agentfast")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["agents"])
+app.autodiscover_tasks(["agents", "agents.notify"])

@@ -314,6 +314,29 @@ CELERY_BEAT_SCHEDULE = {
     "agentfast-sweep": {"task": "agents.tasks.sweep", "schedule": AGENTFAST_SWEEP_SECONDS},
 }
 
+# -- Notifications (webhooks, email, chat) ---------------------------------------------------
+# Links in mails and chat messages point here.
+AGENTFAST_BASE_URL = env.str("AGENTFAST_BASE_URL", default="http://localhost:8321")
+# EMAIL_URL (smtp://user:pass@host:587, consolemail://, …) chooses the mail backend; without
+# it, and without the usual EMAIL_BACKEND, mail is written to files under var/mail/.
+if env.str("EMAIL_URL", default=""):
+    vars().update(env.email_url("EMAIL_URL"))
+elif env.str("EMAIL_BACKEND", default=""):
+    EMAIL_BACKEND = env.str("EMAIL_BACKEND")
+    EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+    EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = str(VAR_DIR / "mail")
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="agentfast <agentfast@localhost>")
+# The signing secret of the Slack app whose buttons decide (Basic Information → Signing Secret).
+AGENTFAST_SLACK_SIGNING_SECRET = env.str("SLACK_SIGNING_SECRET", default="")
+CELERY_BEAT_SCHEDULE["agentfast-deliveries"] = {
+    "task": "agents.notify.tasks.deliveries_sweep",
+    "schedule": AGENTFAST_SWEEP_SECONDS,
+}
+# -- end of notifications ----------------------------------------------------------------------
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

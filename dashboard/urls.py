@@ -8,5 +8,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("dashboard.api_urls")),
     path("playground/", include("dashboard.playground_urls")),
+    path("", include("dashboard.integrations.urls")),
     path("", include("dashboard.web_urls")),
 ]

@@ -26,6 +26,11 @@ def register(groups: Any) -> None:
     password = command(actions, "password", _password, "set a user's password (asked for unless --password)")
     password.add_argument("name")
     password.add_argument("--password", help="default: ask for it twice, without echo")
+    link = command(
+        actions, "link-slack", _link_slack, "say which Slack user (U012AB3CD) a reviewer is, for chat buttons"
+    )
+    link.add_argument("name")
+    link.add_argument("slack_id")
 
 
 def _create(args: argparse.Namespace) -> None:
@@ -52,6 +57,13 @@ def _password(args: argparse.Namespace) -> None:
     password = args.password if args.password is not None else _ask_password()
     user = services.user_set_password(username=args.name, password=password)
     echo(f"password set for {user.username}")
+
+
+def _link_slack(args: argparse.Namespace) -> None:
+    from agents.services import notify
+
+    link = notify.slacklink_set(username=args.name, slack_id=args.slack_id)
+    echo(f"Slack user {link.slack_id} is now {link.user.username}")
 
 
 def _ask_password() -> str:

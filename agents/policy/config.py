@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, f
 from pydantic_core import PydanticCustomError
 
 from agents import text
+from agents.notify.config import NotificationConfig
 
 RISKS = ("low", "high")
 MODES = ("suspend", "defer")
@@ -184,6 +185,7 @@ class ConfigFile(_Entry):
 
     agents: dict[StrictStr, AgentConfig] = Field(default_factory=dict)
     tool_overrides: dict[StrictStr, ToolPolicy] = Field(default_factory=dict)
+    notifications: list[NotificationConfig] = Field(default_factory=list)
 
 
 def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
@@ -219,6 +221,7 @@ class Policy:
     agents: dict[str, AgentSpec] = field(default_factory=dict)
     tool_overrides: dict[str, ToolPolicy] = field(default_factory=dict)
     version: str = ""  # a short sha256 of the file's bytes: what an approval records as the policy that asked
+    notifications: tuple[NotificationConfig, ...] = ()
 
     def tool_policy(self, tool_name: str, agent: AgentSpec | None = None) -> ToolPolicy:
         """Return what a tool's calls need for an agent: the file's policy, raised (never lowered) by the agent's."""
@@ -292,7 +295,13 @@ def parse(raw: Any, path: Path, *, version: str = "") -> Policy:
     agents = {name: _agent(name, entry, path) for name, entry in config.agents.items()}
     _check_tools_exist(agents, config.tool_overrides, path, prefix="agents.")
     _check_no_agent_rules(agents, path, prefix="agents.")
-    return Policy(path=path, agents=agents, tool_overrides=config.tool_overrides, version=version)
+    return Policy(
+        path=path,
+        agents=agents,
+        tool_overrides=config.tool_overrides,
+        version=version,
+        notifications=tuple(config.notifications),
+    )
 
 
 def _agent(name: str, entry: AgentConfig, path: Path) -> AgentSpec:

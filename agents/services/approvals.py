@@ -9,7 +9,7 @@ from django.db import transaction
 from django.db.models import Field, Model
 from django.utils import timezone
 
-from agents import events, queue, sql, text
+from agents import events, notify, queue, sql, text
 from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall, Vote, arguments_digest
 from agents.services import eligibility
 from agents.services.audit import audit_append
@@ -176,6 +176,7 @@ def _conclude(approval: Approval, ask: _Ask) -> Decision:
     for name, value in fields.items():
         setattr(approval, name, value)
     resume = _after_decision(approval, ask.attempt, ask.auto_resume)
+    notify.announce("approval.decided", approval.id)
     return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume)
 
 
@@ -377,6 +378,7 @@ def approval_expire(*, approval: Approval, actor: str, reason: str, resume: bool
         attempt = Attempt(actor=actor, source=AuditEntry.Source.SYSTEM)
         _audit(approval, attempt, action="expired", outcome=AuditEntry.Outcome.DECIDED, detail={"note": reason})
         _announce_and_unblock(approval, None if resume else False)
+        notify.announce("approval.expired", approval.id)
     return True
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agents import events, ids, sql, text
+from agents import events, ids, notify, sql, text
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent, ToolCall, arguments_digest
 from agents.policy.rules import Verdict
 from agents.services.audit import audit_append
@@ -99,6 +99,7 @@ def step_open(
         )
         _record_automatic(rows, calls)
         events.record(run_id=run_id, last_seq=last, items=items)
+        notify.announce_all("approval.required", [ids.approval_id(run_id, c.call_id) for c in calls if c.hitl_mode])
     return seq + len(messages)
 
 
@@ -279,6 +280,7 @@ def toolcall_ask(
         approval.save(force_insert=True)
         event = _approval_required(tool_call, request=request, suspended=False)
         events.record(run_id=tool_call.run_id, last_seq=last, items=[event])
+        notify.announce("approval.required", approval.id)
     return approval
 
 

@@ -1,0 +1,194 @@
+"""How each kind of delivery is sent: a signed webhook, a mail, a chat message."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from django.contrib.auth.models import User
+from django.core import signing
+from django.core.mail import EmailMultiAlternatives
+from django.template.loader import render_to_string
+from standardwebhooks.webhooks import Webhook
+
+from agents.notify import payloads
+from agents.notify.config import WebhookChannel
+from agents.notify.models import Delivery
+from agents.policy.config import get_policy
+
+TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+ONE_CLICK_SALT = "agentfast.notify.one-click"
+ONE_CLICK_MAX_AGE = 24 * 3600
+USER_AGENT = "agentfast-notify/1"
+
+
+class NotSendable(Exception):
+    """The delivery cannot be sent as configured (a missing secret, an unknown recipient)."""
+
+
+def send(delivery: Delivery) -> int | None:
+    """Send a delivery once; return the receiver's HTTP status (None for a mail the backend took)."""
+    if delivery.kind == Delivery.Kind.WEBHOOK:
+        return _webhook(delivery)
+    if delivery.kind == Delivery.Kind.EMAIL:
+        _email(delivery)
+        return None
+    if delivery.kind == Delivery.Kind.SLACK:
+        return _post_json(_env(delivery.target), slack_message(delivery.payload))
+    if delivery.kind == Delivery.Kind.SLACK_RESPONSE:
+        return _post_json(delivery.target, delivery.payload)
+    raise NotSendable(f"unknown kind {delivery.kind!r}")
+
+
+def _env(name: str) -> str:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        raise NotSendable(f"the environment variable {name} is not set")
+    return value
+
+
+def _post_json(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> int:
+    content = json.dumps(body, ensure_ascii=False)
+    all_headers = {"content-type": "application/json", "user-agent": USER_AGENT, **(headers or {})}
+    response = httpx.post(url, content=content.encode(), headers=all_headers, timeout=TIMEOUT)
+    return response.status_code
+
+
+# -- webhooks ------------------------------------------------------------------------------
+
+
+def _webhook(delivery: Delivery) -> int:
+    secret = _webhook_secret(delivery.target)
+    body = json.dumps(delivery.payload, ensure_ascii=False)
+    headers = sign(secret, delivery.webhook_id, body)
+    response = httpx.post(
+        delivery.target,
+        content=body.encode(),
+        headers={"content-type": "application/json", "user-agent": USER_AGENT, **headers},
+        timeout=TIMEOUT,
+    )
+    return response.status_code
+
+
+def sign(secret: str, message_id: str, body: str) -> dict[str, str]:
+    """Return the Standard Webhooks headers of a body: webhook-id, webhook-timestamp, webhook-signature."""
+    now = datetime.now(tz=UTC)
+    signature = Webhook(secret).sign(message_id, now, body)
+    return {"webhook-id": message_id, "webhook-timestamp": str(int(now.timestamp())), "webhook-signature": signature}
+
+
+def _webhook_secret(url: str) -> str:
+    """Return the secret of the configured webhook with this URL (read now: a rotated secret applies at once)."""
+    for channel in get_policy().notifications:
+        if isinstance(channel, WebhookChannel) and channel.url == url:
+            secret = _env(channel.secret_env)
+            if not secret.startswith("whsec_"):
+                raise NotSendable(f"{channel.secret_env} must hold a whsec_… secret")
+            return secret
+    raise NotSendable(f"no webhook for {url} in the configuration any more")
+
+
+# -- email ---------------------------------------------------------------------------------
+
+
+def _email(delivery: Delivery) -> None:
+    user = User.objects.filter(username=delivery.target, is_active=True).first()
+    if user is None or not user.email:
+        raise NotSendable(f"{delivery.target} has no email address (agentfast users create … --email)")
+    context = email_context(delivery.payload, user.username)
+    subject = f"[agentfast] {payloads.headline(delivery.payload)}"
+    text_body = render_to_string("dashboard/integrations/email.txt", context)
+    html_body = render_to_string("dashboard/integrations/email.html", context)
+    message = EmailMultiAlternatives(
+        subject, text_body, to=[user.email], headers={"X-Agentfast-Id": delivery.webhook_id}
+    )
+    message.attach_alternative(html_body, "text/html")
+    message.send()
+
+
+def email_context(payload: dict[str, Any], username: str) -> dict[str, Any]:
+    data = payload["data"]
+    context: dict[str, Any] = {
+        "headline": payloads.headline(payload),
+        "data": data,
+        "arguments": json.dumps(data["arguments"], indent=2, ensure_ascii=False),
+        "pending": payload["type"] in ("approval.required", "approval.reminder", "approval.escalated"),
+    }
+    if payload.get("one_click") and context["pending"]:
+        context["links"] = one_click_links(data["approval_id"], username, data["arguments"])
+    return context
+
+
+def one_click_links(approval_id: str, username: str, arguments: Any) -> dict[str, str]:
+    """Return signed, single-use links to approve and reject, bound to the approval, the person and the arguments."""
+    from agents.services import notify as notify_services
+
+    nonce = notify_services.oneclick_issue(approval_id=approval_id, username=username)
+    digest = payloads.arguments_digest(arguments)
+    links = {}
+    for decision in ("approved", "rejected"):
+        token = signing.dumps(
+            {"a": approval_id, "u": username, "d": digest, "n": nonce, "k": decision}, salt=ONE_CLICK_SALT
+        )
+        links[decision] = f"{payloads.base_url()}/integrations/email/{token}"
+    return links
+
+
+# -- chat ----------------------------------------------------------------------------------
+
+
+def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
+    """Return a Block Kit message: the call in plain words, with Approve and Reject buttons while it waits."""
+    data = payload["data"]
+    arguments = json.dumps(data["arguments"], ensure_ascii=False)[:2500]
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_mrkdwn(payloads.headline(payload))}*"}},
+        {
+            "type": "section",
+            "text": {
+                "type": "mrkdwn",
+                "text": f"`{_mrkdwn(data['tool'])}` {_mrkdwn(arguments)}\n"
+                f"Asked by {_mrkdwn(data['requested_by'] or 'an agent')} in run {data['run_id']}: "
+                f"_{_mrkdwn(data['prompt'][:300])}_\n<{data['url']}|Open in agentfast>",
+            },
+        },
+    ]
+    if payload["type"] in ("approval.required", "approval.reminder", "approval.escalated"):
+        blocks.append(
+            {
+                "type": "actions",
+                "block_id": "agentfast_decision",
+                "elements": [
+                    _button("Approve", "approved", data["approval_id"], "primary"),
+                    _button("Reject", "rejected", data["approval_id"], "danger"),
+                ],
+            }
+        )
+    return {"text": payloads.headline(payload), "blocks": blocks}
+
+
+def slack_outcome(headline: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Return the replacement of a clicked message: what became of the call, without buttons."""
+    return {
+        "replace_original": True,
+        "text": headline,
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(headline)}}],
+    }
+
+
+def _button(label: str, decision: str, approval_id: str, style: str) -> dict[str, Any]:
+    return {
+        "type": "button",
+        "text": {"type": "plain_text", "text": label},
+        "style": style,
+        "action_id": decision,
+        "value": approval_id,
+    }
+
+
+def _mrkdwn(value: str) -> str:
+    """Escape what Slack's mrkdwn treats as markup (its documented three characters)."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

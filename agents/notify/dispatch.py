@@ -1,0 +1,99 @@
+"""Fan an event out to the channels that want it, and send one delivery."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from agents.models import Approval
+from agents.notify import channels, payloads
+from agents.notify.config import EmailChannel, SlackChannel, WebhookChannel
+from agents.notify.models import Delivery
+from agents.policy.config import get_policy
+from agents.services import notify as notify_services
+from agents.services.notify import Target
+
+logger = logging.getLogger(__name__)
+
+
+def fan_out(event_type: str, approval_id: str) -> list[int]:
+    """Store a delivery per receiver that wants the event, and enqueue each; return their ids."""
+    wanted = [channel for channel in get_policy().notifications if channel.hears(event_type)]
+    if not wanted:
+        return []
+    approval = Approval.objects.select_related("run", "tool_call").filter(pk=approval_id).first()
+    if approval is None:
+        return []
+    payload = payloads.event(event_type, approval)
+    targets = [target for channel in wanted for target in _targets(channel, payload)]
+    ids = notify_services.deliveries_open(event_type=event_type, approval_id=approval_id, targets=targets)
+    from agents.notify.tasks import deliver
+
+    for delivery_id in ids:
+        deliver.delay_on_commit(delivery_id)  # outside a transaction: sent at once, a broker error only logged
+    return ids
+
+
+def _targets(channel: Any, payload: dict[str, Any]) -> list[Target]:
+    if isinstance(channel, WebhookChannel):
+        return [Target(Delivery.Kind.WEBHOOK, channel.url, payload)]
+    if isinstance(channel, SlackChannel):
+        return [Target(Delivery.Kind.SLACK, channel.webhook_url_env, payload)]
+    assert isinstance(channel, EmailChannel)
+    mail = {**payload, "one_click": channel.one_click and payload["type"] != "approval.decided"}
+    return [Target(Delivery.Kind.EMAIL, username, mail) for username in recipients(channel.to)]
+
+
+def recipients(names: tuple[str, ...]) -> list[str]:
+    """Return the active users with an address that an email entry names (usernames, or group:NAME), each once."""
+    found: dict[str, None] = {}
+    for name in names:
+        if name.startswith("group:"):
+            users = User.objects.filter(groups__name=name.removeprefix("group:"), is_active=True)
+        else:
+            users = User.objects.filter(username=name, is_active=True)
+        for username in users.exclude(email="").order_by("username").values_list("username", flat=True):
+            found[username] = None
+    return list(found)
+
+
+def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:
+    """Make one attempt at a due delivery; return what became of it.
+
+    1. Claim it (a compare-and-set: a duplicate message or the sweeper's re-enqueue finds it taken).
+    2. Send it; a 2xx (or a mail handed to the backend) delivers it.
+    3. Store the attempt; a failure is due again after its backoff, and re-enqueued with that countdown.
+    """
+    delivery = notify_services.delivery_claim(delivery_id=delivery_id, now=now, force=force)
+    if delivery is None:
+        return "skipped"
+    started = time.monotonic()
+    try:
+        status_code = channels.send(delivery)
+        ok, error = status_code is None or 200 <= status_code < 300, ""
+        if not ok:
+            error = f"HTTP {status_code}"
+    except Exception as exc:  # noqa: BLE001 — any failure of a receiver is one failed attempt
+        status_code, ok, error = None, False, f"{type(exc).__name__}: {exc}"
+    duration_ms = int((time.monotonic() - started) * 1000)
+    delivery = notify_services.delivery_record(
+        delivery=delivery, ok=ok, status_code=status_code, error=error, duration_ms=duration_ms, now=now
+    )
+    if delivery.status == Delivery.Status.PENDING and delivery.next_attempt_at is not None:
+        _retry_later(delivery)
+    return delivery.status
+
+
+def _retry_later(delivery: Delivery) -> None:
+    from django.utils import timezone
+
+    from agents.notify.tasks import deliver
+
+    countdown = max(0.0, (delivery.next_attempt_at - timezone.now()).total_seconds())
+    try:
+        deliver.apply_async((delivery.pk,), countdown=countdown)
+    except Exception as exc:  # noqa: BLE001 — the sweeper finds it by next_attempt_at
+        logger.warning("could not schedule delivery %s again (the sweeper will): %s", delivery.pk, exc)

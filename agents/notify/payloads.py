@@ -1,0 +1,63 @@
+"""What an event says about an approval, in plain words and as JSON."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from agents.models import Approval
+
+
+def base_url() -> str:
+    return settings.AGENTFAST_BASE_URL.rstrip("/")
+
+
+def approval_url(approval_id: str) -> str:
+    return f"{base_url()}/approvals/{approval_id}"
+
+
+def arguments_digest(arguments: Any) -> str:
+    """Return a digest of the arguments a reviewer is shown, so a link cannot decide other arguments."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def event(event_type: str, approval: Approval) -> dict[str, Any]:
+    """Return the JSON body of an event: its type, when, and the approval as it stands."""
+    run = approval.run
+    return {
+        "type": event_type,
+        "timestamp": timezone.now().isoformat(),
+        "data": {
+            "approval_id": approval.id,
+            "run_id": run.id,
+            "agent": run.agent,
+            "tool": approval.tool,
+            "arguments": approval.tool_call.arguments,
+            "prompt": run.input[:2000],
+            "requested_by": run.created_by,
+            "status": approval.status,
+            "decided_by": approval.decided_by,
+            "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+            "note": approval.note,
+            "url": approval_url(approval.id),
+        },
+    }
+
+
+def headline(payload: dict[str, Any]) -> str:
+    """Return one line saying what happened."""
+    data, kind = payload["data"], payload["type"]
+    if kind == "approval.decided":
+        return f"{data['tool']} was {data['status']} by {data['decided_by'] or 'the system'}"
+    if kind == "approval.expired":
+        return f"{data['tool']} expired without a decision"
+    if kind == "approval.reminder":
+        return f"Reminder: {data['tool']} still waits for a decision"
+    if kind == "approval.escalated":
+        return f"Escalated: {data['tool']} needs your decision"
+    return f"{data['tool']} needs a decision"

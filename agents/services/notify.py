@@ -1,0 +1,175 @@
+"""State changes of notifications: deliveries and their attempts, Slack links, one-click links."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents import text
+from agents.models import AuditEntry
+from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink, SlackLink, SlackRequest
+from agents.services.approvals import Attempt, audit_run
+from agents.services.errors import InvalidInput, NotFound
+
+# Seconds to wait after each failed attempt: about a day in all, then the delivery is given up.
+BACKOFF = (5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800, 21600, 21600, 21600)
+MAX_ATTEMPTS = len(BACKOFF) + 1
+# A claimed delivery is not claimed again for this long: its worker is sending it.
+CLAIM_SECONDS = 60
+REPLAY_WINDOW = timedelta(minutes=10)  # longer than the 5 minutes a signed Slack request is accepted for
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # Delivery.Kind
+    target: str
+    payload: dict[str, Any]
+
+
+def deliveries_open(*, event_type: str, approval_id: str, targets: list[Target]) -> list[int]:
+    """Store one pending delivery per target, due now; return their ids."""
+    now = timezone.now()
+    rows = [
+        Delivery(
+            kind=t.kind,
+            target=text.repair(t.target)[:500],
+            event_type=event_type,
+            approval_id=approval_id,
+            payload=text.repair(t.payload),
+            next_attempt_at=now,
+        )
+        for t in targets
+    ]
+    with transaction.atomic():
+        for row in rows:
+            row.save(force_insert=True)  # one by one: bulk_create returns no ids on every backend
+    return [row.pk for row in rows]
+
+
+def delivery_claim(*, delivery_id: int, now: datetime | None = None, force: bool = False) -> Delivery | None:
+    """Take a pending, due delivery for one attempt; None if it is not due, done, or another worker has it."""
+    now = now or timezone.now()
+    due = Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING)
+    if not force:
+        due = due.filter(next_attempt_at__lte=now)
+    if not due.update(next_attempt_at=now + timedelta(seconds=CLAIM_SECONDS)):
+        return None
+    return Delivery.objects.get(pk=delivery_id)
+
+
+def delivery_record(
+    *, delivery: Delivery, ok: bool, status_code: int | None, error: str, duration_ms: int, now: datetime | None = None
+) -> Delivery:
+    """Store an attempt; mark the delivery delivered, due again after its backoff, or failed for good."""
+    now = now or timezone.now()
+    attempts = delivery.attempts + 1
+    if ok:
+        fields: dict[str, Any] = {"status": Delivery.Status.DELIVERED, "delivered_at": now, "next_attempt_at": None}
+    elif attempts >= MAX_ATTEMPTS:
+        fields = {"status": Delivery.Status.FAILED, "next_attempt_at": None}
+    else:
+        fields = {"next_attempt_at": now + timedelta(seconds=BACKOFF[attempts - 1])}
+    fields.update(attempts=attempts, last_error="" if ok else text.repair(error)[:2000])
+    with transaction.atomic():
+        DeliveryAttempt.objects.create(
+            delivery=delivery, status_code=status_code, error=text.repair(error)[:2000], duration_ms=duration_ms
+        )
+        Delivery.objects.filter(pk=delivery.pk).update(**fields)
+    delivery.refresh_from_db()
+    return delivery
+
+
+def delivery_redeliver(*, delivery_id: int, attempt: Attempt) -> Delivery:
+    """Send a delivery again now, with the same webhook-id, whatever happened to it; audited."""
+    from agents.notify.tasks import deliver  # the tasks call these services
+
+    with transaction.atomic():
+        delivery = Delivery.objects.select_for_update().filter(pk=delivery_id).first()
+        if delivery is None:
+            raise NotFound(f"no delivery {delivery_id}")
+        Delivery.objects.filter(pk=delivery_id).update(
+            status=Delivery.Status.PENDING, next_attempt_at=timezone.now(), attempts=0
+        )
+        audit_run(
+            run_id="",
+            attempt=attempt,
+            action="redeliver",
+            detail={
+                "delivery": delivery_id,
+                "kind": delivery.kind,
+                "target": delivery.target,
+                "approval_id": delivery.approval_id,
+                "event": delivery.event_type,
+            },
+        )
+        deliver.delay_on_commit(delivery_id)
+    delivery.refresh_from_db()
+    return delivery
+
+
+def deliveries_due(*, now: datetime | None = None) -> list[int]:
+    """Return pending deliveries whose time has come and whose message nobody is handling."""
+    now = now or timezone.now()
+    return list(
+        Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now).values_list("pk", flat=True)
+    )
+
+
+def slacklink_set(*, username: str, slack_id: str) -> SlackLink:
+    """Say which agentfast user a Slack user is (one Slack id per user, one user per Slack id)."""
+    slack_id = slack_id.strip()
+    if not slack_id or len(slack_id) > 40 or not (slack_id.isascii() and slack_id.isalnum()):
+        raise InvalidInput(f"not a Slack user id: {text.repair(slack_id)[:60]!r} (it looks like U012AB3CD)")
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        raise NotFound(f"no user {text.repair(username)[:150]!r}")
+    with transaction.atomic():
+        SlackLink.objects.filter(slack_id=slack_id).exclude(user=user).delete()
+        link, _ = SlackLink.objects.update_or_create(user=user, defaults={"slack_id": slack_id})
+    return link
+
+
+def slack_request_remember(*, signature: str) -> bool:
+    """Remember a verified request's signature; False if it was seen before (a replay)."""
+    SlackRequest.objects.filter(created_at__lt=timezone.now() - REPLAY_WINDOW).delete()
+    try:
+        with transaction.atomic():
+            SlackRequest.objects.create(signature=signature[:100])
+    except IntegrityError:
+        return False
+    return True
+
+
+def oneclick_issue(*, approval_id: str, username: str) -> str:
+    """Store a fresh nonce for a mailed link; return it."""
+    nonce = secrets.token_urlsafe(24)
+    OneClickLink.objects.create(nonce=nonce, approval_id=approval_id, username=username)
+    return nonce
+
+
+def oneclick_use(*, nonce: str, approval_id: str, username: str) -> bool:
+    """Spend a link's nonce; False if it was used already or belongs to another approval or person."""
+    return bool(
+        OneClickLink.objects.filter(
+            nonce=nonce, approval_id=approval_id, username=username, used_at__isnull=True
+        ).update(used_at=timezone.now())
+    )
+
+
+def audit_refused_request(*, attempt: Attempt, action: str, reason: str, approval_id: str = "") -> None:
+    """Audit a request refused before anyone was known (a bad signature, a replay)."""
+    from agents.services.approvals import approval_refuse
+
+    approval_refuse(
+        approval_id=approval_id,
+        decision=action,
+        attempt=attempt,
+        outcome=AuditEntry.Outcome.NOT_PERMITTED,
+        reason=reason,
+    )

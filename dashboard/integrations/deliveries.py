@@ -1,0 +1,43 @@
+"""The deliveries log: every notification sent, each attempt, and a way to send one again."""
+
+from __future__ import annotations
+
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from agents import services
+from agents.models import AuditEntry
+from agents.notify.models import Delivery
+from agents.services import notify as notify_services
+from dashboard.auth import admin_required, attempt_from
+
+PAGE_SIZE = 50
+
+
+@require_GET
+@admin_required
+def delivery_list(request: HttpRequest) -> HttpResponse:
+    """List deliveries, newest first, optionally of one status."""
+    status = request.GET.get("status", "")
+    deliveries = Delivery.objects.prefetch_related("attempt_log")
+    if status in Delivery.Status.values:
+        deliveries = deliveries.filter(status=status)
+    page = Paginator(deliveries, PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(
+        request, "dashboard/deliveries.html", {"page": page, "status": status, "statuses": Delivery.Status.values}
+    )
+
+
+@require_POST
+@admin_required
+def delivery_redeliver(request: HttpRequest, delivery_id: int) -> HttpResponse:
+    """Send a delivery again (same webhook-id); audited."""
+    try:
+        notify_services.delivery_redeliver(
+            delivery_id=delivery_id, attempt=attempt_from(request, source=AuditEntry.Source.WEB)
+        )
+    except services.NotFound:
+        return render(request, "404.html", status=404)
+    return redirect("deliveries")

@@ -1,0 +1,96 @@
+"""One-click links from notification mails: a GET shows a confirmation, only the POST decides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core import signing
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods
+
+from agents import services
+from agents.models import Approval, AuditEntry
+from agents.notify import payloads
+from agents.notify.channels import ONE_CLICK_MAX_AGE, ONE_CLICK_SALT
+from agents.notify.models import OneClickLink
+from agents.services import notify as notify_services
+from dashboard.auth import client_address, is_reviewer
+from dashboard.integrations.outcome import outcome_line
+
+TEMPLATE = "dashboard/integrations/one_click.html"
+
+
+@dataclass(frozen=True)
+class Link:
+    approval: Approval
+    username: str
+    nonce: str
+    decision: str
+
+
+class LinkRefused(Exception):
+    """The link cannot be used; the message says why, in plain words."""
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+def one_click(request: HttpRequest, token: str) -> HttpResponse:
+    """Show what a mailed link would decide; decide it on the confirming POST, once."""
+    try:
+        link = _link(token)
+    except LinkRefused as exc:
+        return render(request, TEMPLATE, {"refused": str(exc)}, status=400)
+    context: dict[str, Any] = {"link": link, "approval": link.approval}
+    if link.approval.status != Approval.Status.PENDING:
+        return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
+    if request.method == "GET":
+        return render(request, TEMPLATE, context)
+    return _decide(request, link, context)
+
+
+def _link(token: str) -> Link:
+    """Return the link a token stands for, or refuse it: forged, expired, used, or for changed arguments."""
+    try:
+        claims = signing.loads(token, salt=ONE_CLICK_SALT, max_age=ONE_CLICK_MAX_AGE)
+    except signing.SignatureExpired:
+        raise LinkRefused("This link has expired. Open the approval in agentfast instead.") from None
+    except signing.BadSignature:
+        raise LinkRefused("This link is not valid.") from None
+    approval = Approval.objects.select_related("tool_call", "run").filter(pk=claims.get("a", "")).first()
+    if approval is None or claims.get("k") not in ("approved", "rejected"):
+        raise LinkRefused("This link is not valid.")
+    if claims.get("d") != payloads.arguments_digest(approval.tool_call.arguments):
+        raise LinkRefused("The call changed since this mail was sent. Open the approval in agentfast instead.")
+    used = OneClickLink.objects.filter(nonce=claims.get("n", ""), approval_id=approval.id, username=claims.get("u"))
+    if not used.filter(used_at__isnull=True).exists():
+        raise LinkRefused("This link was already used; each link works once.")
+    return Link(approval=approval, username=claims["u"], nonce=claims["n"], decision=claims["k"])
+
+
+def _decide(request: HttpRequest, link: Link, context: dict[str, Any]) -> HttpResponse:
+    attempt = services.Attempt(actor=link.username, source=AuditEntry.Source.EMAIL, origin=client_address(request))
+    user = User.objects.filter(username=link.username).first()
+    if user is None or not is_reviewer(user):
+        services.approval_refuse(
+            approval_id=link.approval.id,
+            decision=link.decision,
+            attempt=attempt,
+            outcome=AuditEntry.Outcome.NOT_PERMITTED,
+            reason="not a reviewer",
+        )
+        return render(request, TEMPLATE, {"refused": f"{link.username} may not decide approvals."}, status=403)
+    if not notify_services.oneclick_use(nonce=link.nonce, approval_id=link.approval.id, username=link.username):
+        return render(request, TEMPLATE, {"refused": "This link was already used; each link works once."}, status=400)
+    try:
+        services.approval_decide(approval_id=link.approval.id, decision=link.decision, attempt=attempt)
+    except (services.AlreadyDecided, services.WrongState):
+        link.approval.refresh_from_db()
+        return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
+    except services.InvalidInput as exc:
+        return render(request, TEMPLATE, {**context, "refused": exc.message}, status=422)
+    link.approval.refresh_from_db()
+    return render(request, TEMPLATE, {**context, "done": True})

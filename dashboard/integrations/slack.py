@@ -1,0 +1,135 @@
+"""Slack's Approve and Reject buttons: signed requests, mapped to agentfast users, decided by the same service."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from typing import Any
+from urllib.parse import urlparse
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from agents import services, text
+from agents.models import Approval, AuditEntry
+from agents.notify.channels import slack_outcome
+from agents.notify.models import Delivery, SlackLink
+from agents.notify.tasks import deliver
+from agents.services import notify as notify_services
+from agents.services.notify import Target
+from dashboard.auth import client_address, is_reviewer
+from dashboard.integrations.outcome import outcome_line
+
+WINDOW_SECONDS = 5 * 60  # Slack's advice: refuse a request signed longer ago than this
+
+
+class Refused(Exception):
+    """A request that is not (or no longer) Slack's own; the message goes to the audit."""
+
+
+@csrf_exempt  # signed by Slack instead; a browser's cookies give it nothing
+@require_POST
+def actions(request: HttpRequest) -> HttpResponse:
+    """Decide from a Slack button, and show who decided in the message through its response_url."""
+    origin = f"slack {client_address(request)}"
+    try:
+        _verify(request)
+        action = _action(request)
+    except Refused as exc:
+        notify_services.audit_refused_request(
+            attempt=services.Attempt(actor="(slack, unverified)", source=AuditEntry.Source.SLACK, origin=origin),
+            action="slack_action",
+            reason=str(exc),
+        )
+        return JsonResponse({"error": str(exc)}, status=403)
+    headline = _decide(action, origin)
+    _update_message(action["response_url"], headline)
+    return JsonResponse({"text": headline, "response_type": "ephemeral"})
+
+
+def _verify(request: HttpRequest) -> None:
+    """Check Slack's v0 signature over the timestamp and the raw body, its age, and that it is new."""
+    secret = settings.AGENTFAST_SLACK_SIGNING_SECRET
+    if not secret:
+        raise Refused("SLACK_SIGNING_SECRET is not set: no Slack request can be verified")
+    stamp = request.headers.get("X-Slack-Request-Timestamp", "")
+    signature = request.headers.get("X-Slack-Signature", "")
+    if not stamp.isdigit() or abs(time.time() - int(stamp)) > WINDOW_SECONDS:
+        raise Refused("the request is older than 5 minutes (or has no timestamp)")
+    base = b"v0:" + stamp.encode() + b":" + request.body
+    expected = "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, signature):
+        raise Refused("bad signature")
+    if not notify_services.slack_request_remember(signature=signature):
+        raise Refused("replayed request (this signature was already used)")
+
+
+def _action(request: HttpRequest) -> dict[str, Any]:
+    """Return the button pressed, who pressed it, and where to update the message."""
+    try:
+        payload = text.loads_strict(request.POST.get("payload", ""), field="payload")
+        pressed = payload["actions"][0]
+        action = {
+            "decision": str(pressed["action_id"]),
+            "approval_id": str(pressed["value"]),
+            "slack_id": str(payload["user"]["id"]),
+            "response_url": str(payload.get("response_url") or ""),
+        }
+    except (text.UnsafeText, ValueError, KeyError, IndexError, TypeError):
+        raise Refused("not a Slack block action") from None
+    if action["decision"] not in ("approved", "rejected"):
+        raise Refused(f"unknown action {action['decision'][:40]!r}")
+    if action["response_url"] and urlparse(action["response_url"]).scheme not in ("http", "https"):
+        raise Refused("response_url is not an http(s) URL")
+    return action
+
+
+def _decide(action: dict[str, Any], origin: str) -> str:
+    """Decide as the linked agentfast user; return what the message should now say."""
+    user = _user_for(action["slack_id"])
+    actor = user.username if user else f"slack:{action['slack_id']}"
+    attempt = services.Attempt(actor=actor, source=AuditEntry.Source.SLACK, origin=origin)
+    if user is None or not is_reviewer(user):
+        services.approval_refuse(
+            approval_id=action["approval_id"],
+            decision=action["decision"],
+            attempt=attempt,
+            outcome=AuditEntry.Outcome.NOT_PERMITTED,
+            reason="Slack user not linked to a reviewer",
+        )
+        return (
+            f"Slack user {action['slack_id']} is not linked to an agentfast reviewer "
+            f"(agentfast users link-slack NAME {action['slack_id']})"
+        )
+    try:
+        decision = services.approval_decide(
+            approval_id=action["approval_id"], decision=action["decision"], attempt=attempt
+        )
+    except (services.AlreadyDecided, services.WrongState) as exc:
+        return outcome_line(exc.details["approval"])
+    except (services.NotFound, services.InvalidInput) as exc:
+        return exc.message
+    approval: Approval = decision.approval
+    return f"{approval.tool} was {approval.status} by {approval.decided_by}"
+
+
+def _user_for(slack_id: str) -> User | None:
+    link = SlackLink.objects.select_related("user").filter(slack_id=slack_id).first()
+    return link.user if link and link.user.is_active else None
+
+
+def _update_message(response_url: str, headline: str) -> None:
+    """Replace the clicked message through its response_url, from a worker, retried like any delivery."""
+    if not response_url:
+        return
+    ids = notify_services.deliveries_open(
+        event_type="slack.update",
+        approval_id="",
+        targets=[Target(Delivery.Kind.SLACK_RESPONSE, response_url, slack_outcome(headline))],
+    )
+    for delivery_id in ids:
+        deliver.delay_on_commit(delivery_id)

@@ -1,0 +1,190 @@
+"""Notifications: signed webhooks, retries with backoff, redelivery, the config entries."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from agents import services
+from agents.models import Approval, AuditEntry
+from agents.notify import dispatch
+from agents.notify.models import Delivery
+from agents.policy.config import ConfigError, get_policy
+from agents.services import notify as notify_services
+from tests.support.flows import decide, pending, start
+from tests.support.receiver import Receiver
+
+REFUND = "Refund order A1001 for 25.00 USD"
+SECRET = "whsec_" + base64.b64encode(b"a test secret of thirty-two bytes").decode()
+AGENT = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request, send_email, ask_human]
+tool_overrides:
+  refund_request: {risk: high, hitl_mode: suspend}
+  send_email: {risk: high, hitl_mode: defer}
+"""
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver(secret=SECRET)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def webhook_to(agent_config: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
+    """Configure one webhook entry pointing at a URL."""
+
+    def configure(url: str, events: str = "") -> Path:
+        monkeypatch.setenv("TEST_WEBHOOK_SECRET", SECRET)
+        extra = f"\n    events: [{events}]" if events else ""
+        return agent_config(
+            AGENT + f"notifications:\n  - kind: webhook\n    url: {url}\n    secret_env: TEST_WEBHOOK_SECRET{extra}\n"
+        )
+
+    return configure
+
+
+def _paused(capture: Callable[..., Any]) -> Approval:
+    """Pause a refund, running what its commit triggers (the announcement)."""
+    with capture(execute=True):
+        run = start(REFUND)
+    assert run.status == "suspended"
+    return pending(run)[0]
+
+
+def test_it_signs_a_webhook_that_the_receiver_verifies(db, receiver, webhook_to, django_capture_on_commit_callbacks):
+    webhook_to(receiver.start().url)
+    approval = _paused(django_capture_on_commit_callbacks)
+
+    delivery = Delivery.objects.get(approval_id=approval.id)
+    assert (delivery.kind, delivery.event_type, delivery.status) == ("webhook", "approval.required", "pending")
+    assert dispatch.send(delivery.pk) == "delivered"
+
+    [got] = receiver.received
+    assert got.verified
+    assert got.headers["webhook-id"] == f"msg_{delivery.pk}"
+    assert got.body["type"] == "approval.required"
+    assert got.body["data"]["approval_id"] == approval.id
+    assert got.body["data"]["arguments"] == {"order_id": "A1001", "amount_cents": 2500}
+    assert got.body["data"]["url"].endswith(f"/approvals/{approval.id}")
+    [attempt] = delivery.attempt_log.all()
+    assert attempt.status_code == 204 and attempt.error == ""
+
+
+def test_it_loses_nothing_while_the_receiver_is_down_and_sends_nothing_twice(
+    db, receiver, webhook_to, django_capture_on_commit_callbacks
+):
+    webhook_to(receiver.url)  # not started: connections are refused
+    approval = _paused(django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(approval, "approved", by="alice")
+    deliveries = list(Delivery.objects.filter(approval_id=approval.id).order_by("pk"))
+    assert [d.event_type for d in deliveries] == ["approval.required", "approval.decided"]
+
+    now = timezone.now()
+    for _ in range(3):  # three attempts each, every one refused and stored
+        for delivery in deliveries:
+            assert dispatch.send(delivery.pk, now=now) == "pending"
+            assert dispatch.send(delivery.pk, now=now) == "skipped"  # not due again yet
+        now += timedelta(hours=1)
+    for delivery in deliveries:
+        delivery.refresh_from_db()
+        assert delivery.attempts == 3 and delivery.next_attempt_at > now - timedelta(hours=1)
+        assert "ConnectError" in delivery.last_error
+        assert delivery.attempt_log.count() == 3
+
+    receiver.start()
+    assert [dispatch.send(d.pk, now=now) for d in deliveries] == ["delivered", "delivered"]
+    later = now + timedelta(days=2)
+    assert [dispatch.send(d.pk, now=later) for d in deliveries] == ["skipped", "skipped"]
+    assert notify_services.deliveries_due(now=later) == []
+    assert sorted(receiver.ids()) == sorted(f"msg_{d.pk}" for d in deliveries)
+    assert all(item.verified for item in receiver.received)
+    assert [item.body["type"] for item in receiver.received] == ["approval.required", "approval.decided"]
+
+
+def test_it_retries_for_about_a_day_then_gives_up(db, webhook_to, receiver, django_capture_on_commit_callbacks):
+    assert timedelta(hours=20) < timedelta(seconds=sum(notify_services.BACKOFF)) < timedelta(hours=30)
+    webhook_to(receiver.url)
+    approval = _paused(django_capture_on_commit_callbacks)
+    delivery = Delivery.objects.get(approval_id=approval.id)
+    now = timezone.now()
+    outcomes = []
+    for _ in range(notify_services.MAX_ATTEMPTS):
+        outcomes.append(dispatch.send(delivery.pk, now=now))
+        now += timedelta(hours=7)
+    assert outcomes == ["pending"] * (notify_services.MAX_ATTEMPTS - 1) + ["failed"]
+    assert notify_services.deliveries_due(now=now + timedelta(days=5)) == []
+
+
+def test_it_stores_a_missing_secret_as_a_failed_attempt_and_still_pauses(
+    db, receiver, agent_config, django_capture_on_commit_callbacks
+):
+    agent_config(
+        AGENT + f"notifications:\n  - kind: webhook\n    url: {receiver.start().url}\n    secret_env: UNSET_X\n"
+    )
+    approval = _paused(django_capture_on_commit_callbacks)
+    delivery = Delivery.objects.get(approval_id=approval.id)
+    assert dispatch.send(delivery.pk) == "pending"
+    delivery.refresh_from_db()
+    assert "UNSET_X is not set" in delivery.last_error
+    assert receiver.received == []
+
+
+def test_it_notifies_only_the_events_an_entry_asks_for(db, receiver, webhook_to, django_capture_on_commit_callbacks):
+    webhook_to(receiver.start().url, events="approval.decided")
+    approval = _paused(django_capture_on_commit_callbacks)
+    assert not Delivery.objects.exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(approval, "rejected", by="alice")
+    assert list(Delivery.objects.values_list("event_type", flat=True)) == ["approval.decided"]
+
+
+def test_it_announces_an_expiry(db, receiver, webhook_to, django_capture_on_commit_callbacks):
+    webhook_to(receiver.start().url, events="approval.expired")
+    approval = _paused(django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.approval_expire(approval=approval, actor="system", reason="deadline")
+    delivery = Delivery.objects.get()
+    assert dispatch.send(delivery.pk) == "delivered"
+    assert receiver.received[0].body["data"]["status"] == "expired"
+
+
+def test_it_redelivers_with_the_same_id_and_audits_it(
+    db, carol, receiver, webhook_to, django_capture_on_commit_callbacks
+):
+    webhook_to(receiver.start().url)
+    _paused(django_capture_on_commit_callbacks)
+    delivery = Delivery.objects.get()
+    dispatch.send(delivery.pk)
+    attempt = services.Attempt(actor="carol", source=AuditEntry.Source.WEB, origin="127.0.0.1")
+    with django_capture_on_commit_callbacks(execute=True):
+        notify_services.delivery_redeliver(delivery_id=delivery.pk, attempt=attempt)
+    assert dispatch.send(delivery.pk) == "delivered"
+    assert receiver.ids() == [f"msg_{delivery.pk}"] * 2
+    entry = AuditEntry.objects.get(action="redeliver")
+    assert entry.actor == "carol" and entry.detail["delivery"] == delivery.pk
+
+
+def test_it_refuses_notification_entries_it_does_not_understand(agent_config):
+    for entry, problem in [
+        ("{kind: webhook, url: 'ftp://x', secret_env: S}", "must be an http(s) URL"),
+        ("{kind: fax}", "does not match any of the expected tags"),
+        ("{kind: email, to: [alice], bogus: 1}", "notifications[0].email.bogus"),
+        ("{kind: slack, webhook_url_env: 'not a name'}", "must name an environment variable"),
+        ("{kind: webhook, url: 'http://x', secret_env: S, events: [approval.maybe]}", "approval.maybe"),
+    ]:
+        agent_config(AGENT + f"notifications:\n  - {entry}\n")
+        with pytest.raises(ConfigError, match=r"notifications\[0\]") as raised:
+            get_policy()
+        assert problem in str(raised.value)

@@ -1,0 +1,127 @@
+"""Notification mails: the call in plain words, and one-click links that confirm, decide once, and expire."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.core import mail
+from django.test import Client
+
+from agents import services
+from agents.models import Approval, AuditEntry
+from agents.notify import dispatch
+from agents.notify.models import Delivery
+from tests.support.flows import decide, pending, start
+
+REFUND = "Refund order A1001 for 25.00 USD"
+CONFIG = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request, send_email, ask_human]
+tool_overrides:
+  refund_request: {risk: high, hitl_mode: suspend}
+notifications:
+  - kind: email
+    to: [group:reviewer]
+    events: [approval.required]
+    one_click: true
+"""
+
+
+@pytest.fixture
+def mailed(settings, agent_config: Callable[[str], Path]) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    agent_config(CONFIG)
+
+
+@pytest.fixture
+def erin(db: None) -> User:
+    """A reviewer with an email address."""
+    user, _ = services.user_create(username="erin", role="reviewer", password="erin-password", email="erin@example.com")
+    return user
+
+
+def _paused_and_mailed(capture: Callable[..., object]) -> Approval:
+    with capture(execute=True):
+        run = start(REFUND)
+    for delivery in Delivery.objects.filter(kind="email"):
+        assert dispatch.send(delivery.pk) == "delivered"
+    return pending(run)[0]
+
+
+def _links(message: mail.EmailMessage) -> dict[str, str]:
+    found = dict(re.findall(r"(Approve|Reject): +http://localhost:8321(/integrations/email/\S+)", message.body))
+    return {"approved": found["Approve"], "rejected": found["Reject"]}
+
+
+def _confirm(client: Client, path: str) -> tuple[int, str]:
+    """Open a link (a GET) and press the confirmation page's button (a POST with its CSRF token)."""
+    page = client.get(path)
+    assert page.status_code == 200, page.content
+    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.content).group(1).decode()
+    answer = client.post(path, {"csrfmiddlewaretoken": token})
+    return answer.status_code, answer.content.decode()
+
+
+def test_it_mails_the_call_in_plain_words_with_a_link_to_the_approval(mailed, erin, django_capture_on_commit_callbacks):
+    approval = _paused_and_mailed(django_capture_on_commit_callbacks)
+    [message] = mail.outbox  # only erin: the other reviewers have no address
+    assert message.to == ["erin@example.com"]
+    assert "refund_request needs a decision" in message.subject
+    assert '"amount_cents": 2500' in message.body and "A1001" in message.body
+    assert REFUND in message.body and "asked by bob" in message.body
+    assert f"http://localhost:8321/approvals/{approval.id}" in message.body
+    assert message.alternatives[0][1] == "text/html"
+
+
+def test_it_decides_on_the_confirming_post_and_refuses_a_second_use(mailed, erin, django_capture_on_commit_callbacks):
+    approval = _paused_and_mailed(django_capture_on_commit_callbacks)
+    links = _links(mail.outbox[0])
+    client = Client(enforce_csrf_checks=True)
+
+    page = client.get(links["approved"])
+    assert page.status_code == 200 and b"Approve as erin" in page.content
+    approval.refresh_from_db()
+    assert approval.status == "pending"  # a GET never decides
+
+    assert client.post(links["approved"]).status_code == 403  # no CSRF token: refused
+    status, _ = _confirm(client, links["approved"])
+    approval.refresh_from_db()
+    assert status == 200 and (approval.status, approval.decided_by) == ("approved", "erin")
+    assert AuditEntry.objects.get(outcome="decided").source == "email"
+
+    for path in links.values():  # the same link again, or its twin: both spent
+        again = client.get(path)
+        assert again.status_code == 400 and b"already used" in again.content
+    assert Approval.objects.get(pk=approval.pk).status == "approved"
+
+
+def test_it_shows_who_decided_first_elsewhere(mailed, erin, bob, django_capture_on_commit_callbacks):
+    approval = _paused_and_mailed(django_capture_on_commit_callbacks)
+    decide(approval, "rejected", by="bob", feedback="no")
+    page = Client().get(_links(mail.outbox[0])["approved"])
+    assert page.status_code == 409
+    assert b"refund_request was already rejected by bob" in page.content
+
+
+def test_it_refuses_a_forged_or_altered_link(mailed, erin, django_capture_on_commit_callbacks):
+    _paused_and_mailed(django_capture_on_commit_callbacks)
+    path = _links(mail.outbox[0])["approved"]
+    for bad in (path[:-3] + "xyz", "/integrations/email/not-a-token"):
+        page = Client().get(bad)
+        assert page.status_code == 400 and b"not valid" in page.content
+
+
+def test_it_refuses_a_link_of_someone_who_is_no_longer_a_reviewer(mailed, erin, django_capture_on_commit_callbacks):
+    approval = _paused_and_mailed(django_capture_on_commit_callbacks)
+    path = _links(mail.outbox[0])["approved"]
+    erin.groups.clear()
+    status, content = _confirm(Client(enforce_csrf_checks=True), path)
+    assert status == 403 and "may not decide" in content
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert AuditEntry.objects.get().outcome == "not_permitted"

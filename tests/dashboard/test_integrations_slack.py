@@ -1,0 +1,176 @@
+"""Slack's buttons: signed requests decide as the linked reviewer; replays, old and forged requests are refused."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from django.http import HttpResponse
+from django.test import Client
+
+from agents.models import Approval, AuditEntry
+from agents.notify import dispatch
+from agents.notify.models import Delivery
+from agents.services import notify as notify_services
+from tests.support.flows import decide, pending, start
+from tests.support.receiver import Receiver
+
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+REFUND = "Refund order A1001 for 25.00 USD"
+CONFIG = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request]
+tool_overrides:
+  refund_request: {risk: high, hitl_mode: suspend}
+notifications:
+  - kind: slack
+    webhook_url_env: TEST_SLACK_WEBHOOK
+"""
+
+
+@pytest.fixture
+def chat() -> Iterator[Receiver]:
+    """A local server standing for Slack: the incoming webhook and the response_url."""
+    server = Receiver().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def slack(settings, chat: Receiver, agent_config: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Receiver:
+    settings.AGENTFAST_SLACK_SIGNING_SECRET = SIGNING_SECRET
+    monkeypatch.setenv("TEST_SLACK_WEBHOOK", chat.url)
+    agent_config(CONFIG)
+    return chat
+
+
+@pytest.fixture
+def approval(slack: Receiver, alice, bob, django_capture_on_commit_callbacks) -> Approval:
+    notify_services.slacklink_set(username="alice", slack_id="UALICE1")
+    notify_services.slacklink_set(username="bob", slack_id="UBOB1")
+    with django_capture_on_commit_callbacks(execute=True):
+        run = start(REFUND)
+    return pending(run)[0]
+
+
+def _body(approval_id: str, decision: str, slack_id: str, response_url: str) -> bytes:
+    payload = {
+        "type": "block_actions",
+        "user": {"id": slack_id, "username": slack_id.lower()},
+        "response_url": response_url,
+        "actions": [{"action_id": decision, "value": approval_id, "type": "button"}],
+    }
+    return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def _signed(body: bytes, *, at: int | None = None, secret: str = SIGNING_SECRET) -> dict[str, str]:
+    stamp = str(int(time.time()) if at is None else at)
+    digest = hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+    return {"HTTP_X_SLACK_REQUEST_TIMESTAMP": stamp, "HTTP_X_SLACK_SIGNATURE": f"v0={digest}"}
+
+
+def _post(body: bytes, headers: dict[str, str], capture: Callable[..., Any]) -> HttpResponse:
+    with capture(execute=True):
+        return Client(enforce_csrf_checks=True).post(
+            "/integrations/slack/actions", body, content_type="application/x-www-form-urlencoded", **headers
+        )
+
+
+def _send_all(kind: str) -> None:
+    for delivery in Delivery.objects.filter(kind=kind, status="pending"):
+        assert dispatch.send(delivery.pk) == "delivered"
+
+
+def test_it_posts_a_message_with_approve_and_reject_buttons(approval, slack):
+    _send_all("slack")
+    [message] = slack.received
+    assert "refund_request needs a decision" in message.body["text"]
+    actions = next(block for block in message.body["blocks"] if block["type"] == "actions")
+    assert [(b["action_id"], b["value"]) for b in actions["elements"]] == [
+        ("approved", approval.id),
+        ("rejected", approval.id),
+    ]
+
+
+def test_it_decides_as_the_linked_reviewer_and_updates_the_message(approval, slack, django_capture_on_commit_callbacks):
+    body = _body(approval.id, "approved", "UALICE1", slack.url)
+    answer = _post(body, _signed(body), django_capture_on_commit_callbacks)
+    assert answer.status_code == 200
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("approved", "alice")
+    entry = AuditEntry.objects.get(outcome="decided")
+    assert (entry.source, entry.actor) == ("slack", "alice")
+
+    _send_all("slack_response")
+    [update] = [item.body for item in slack.received if item.body.get("replace_original")]
+    assert update["text"] == "refund_request was approved by alice"
+
+    # Bob presses Reject on the same message a moment later: the first decision stands, he reads it.
+    late = _body(approval.id, "rejected", "UBOB1", slack.url)
+    assert _post(late, _signed(late), django_capture_on_commit_callbacks).json()["text"] == (
+        "refund_request was already approved by alice"
+    )
+    assert Approval.objects.get(pk=approval.pk).status == "approved"
+
+
+def test_it_tells_the_channel_about_a_decision_made_elsewhere(approval, slack, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(approval, "rejected", by="bob", feedback="too much")
+    _send_all("slack")
+    texts = [item.body["text"] for item in slack.received]
+    assert "refund_request was rejected by bob" in texts
+
+
+@pytest.mark.parametrize(
+    ("tamper", "reason"),
+    [
+        ("replayed", "replayed request"),
+        ("old", "older than 5 minutes"),
+        ("forged", "bad signature"),
+    ],
+)
+def test_it_refuses_and_audits_a_request_slack_did_not_just_sign(
+    approval, slack, tamper, reason, django_capture_on_commit_callbacks
+):
+    body = _body(approval.id, "approved", "UALICE1", slack.url)
+    if tamper == "replayed":
+        headers = _signed(body)
+        assert _post(body, headers, django_capture_on_commit_callbacks).status_code == 200
+    elif tamper == "old":
+        headers = _signed(body, at=int(time.time()) - 6 * 60)
+    else:
+        headers = _signed(body, secret="not the secret")
+    answer = _post(body, headers, django_capture_on_commit_callbacks)
+    assert answer.status_code == 403 and reason in answer.json()["error"]
+    refused = AuditEntry.objects.get(outcome="not_permitted")
+    assert refused.source == "slack" and reason in refused.detail["error"]
+    if tamper != "replayed":
+        assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+def test_it_refuses_a_slack_user_linked_to_nobody(approval, slack, django_capture_on_commit_callbacks):
+    body = _body(approval.id, "approved", "USTRANGER", slack.url)
+    answer = _post(body, _signed(body), django_capture_on_commit_callbacks)
+    assert "link-slack NAME USTRANGER" in answer.json()["text"]
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert AuditEntry.objects.get().outcome == "not_permitted"
+
+
+def test_it_links_a_slack_user_from_the_command_line(alice, capsys):
+    from agents import cli
+
+    assert cli.main(["users", "link-slack", "alice", "U012AB3CD"]) == 0
+    assert "Slack user U012AB3CD is now alice" in capsys.readouterr().out
+    assert alice.slack_link.slack_id == "U012AB3CD"
+    assert cli.main(["users", "link-slack", "alice", "not an id"]) == 1
+    assert "not a Slack user id" in capsys.readouterr().err
+    assert cli.main(["users", "link-slack", "nobody", "U1"]) == 1
