@@ -6,9 +6,10 @@ import threading
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 
-from agents import services
+from agents import cli, services
 from agents.gateway import services as gateway
 from agents.gateway.ids import approval_id as external_approval_id
 from agents.gateway.selectors import external_call_get
@@ -44,6 +45,16 @@ def robot(db: None) -> str:
 def _gate(owner: str, call_id: str = "c1", tool: str = "wire_money", **arguments: Any) -> gateway.GateAnswer:
     request = gateway.GateRequest(agent="billing", session="s1", call_id=call_id, tool=tool, arguments=arguments)
     return gateway.gate_call(owner=owner, request=request)
+
+
+def test_it_creates_an_agent_account_and_its_token_from_the_cli(db: None, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["users", "create", "ci-bot", "--role", "agent"]) == 0
+    assert cli.main(["tokens", "create", "ci-bot"]) == 0
+    user = User.objects.get(username="ci-bot")
+    assert user.has_perm("agents.gate_external")
+    assert not user.has_perm("agents.decide_approval")
+    assert not user.has_perm("agents.view_approval")
+    assert "af_" in capsys.readouterr().out
 
 
 def test_it_asks_a_person_for_a_listed_tool_and_records_an_external_run(policy: None, robot: str) -> None:
