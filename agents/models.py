@@ -29,9 +29,14 @@ class Run(models.Model):
         FAILED = "failed"
         CANCELLED = "cancelled"
 
+    class Kind(models.TextChoices):
+        INTERNAL = "internal"  # an agent agentfast runs itself
+        EXTERNAL = "external"  # a session of an agent running elsewhere, gated over POST /api/gate
+
     TERMINAL = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
 
     id = models.CharField(primary_key=True, max_length=40, editable=False)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.INTERNAL)
     agent = models.CharField(max_length=100, db_index=True)
     # An agent defined for this run alone (keys of an agentfast.yaml `agents:` entry), or
     # None for the configured agent of that name.
@@ -54,6 +59,7 @@ class Run(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["status", "updated_at"], name="run_status_updated")]
+        permissions = [("gate_external", "Can gate, claim and report its own external tool calls")]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.agent}, {self.status})"

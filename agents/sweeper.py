@@ -15,6 +15,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from agents import queue, services
+from agents.gateway.services import external_claims_mark_in_doubt
 from agents.models import Approval, Run, ToolCall
 from agents.services.runs import pending_suspend_approvals
 
@@ -54,6 +55,7 @@ def sweep() -> SweepReport:
     ):
         if services.toolcall_mark_in_doubt(tool_call=call):
             report.in_doubt.append(call.pk)
+    report.in_doubt += external_claims_mark_in_doubt()
     if report.runs or report.deferred or report.expired or report.in_doubt:
         logger.info("sweep: %s", report)
     return report

@@ -95,6 +95,8 @@ api = _Api(
     urls_namespace="api",
 )
 
+api.add_router("/", "dashboard.api_gateway.router")  # the external-agent gate: POST /api/gate and its approvals
+
 _AUTH_ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut}
 _READ_ERRORS: dict[int, Any] = {**_AUTH_ERRORS, 400: ErrorOut, 404: ErrorOut}
 _WRITE_ERRORS: dict[int, Any] = {**_READ_ERRORS, 413: ErrorOut, 422: ErrorOut}

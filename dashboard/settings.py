@@ -305,6 +305,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 AGENTFAST_CONFIG = Path(env.str("AGENTFAST_CONFIG", default="") or BASE_DIR / "agentfast.yaml")
 AGENTFAST_TOOL_MODULES = _list("AGENTFAST_TOOL_MODULES", [])
 AGENTFAST_LEASE_SECONDS = env.float("AGENTFAST_LEASE_SECONDS", default=60)
+# An external agent's claim with no result after this long is in doubt: it is never handed out again.
+AGENTFAST_EXTERNAL_CLAIM_SECONDS = env.float("AGENTFAST_EXTERNAL_CLAIM_SECONDS", default=300)
 AGENTFAST_SWEEP_SECONDS = env.float("AGENTFAST_SWEEP_SECONDS", default=5)
 # How long a decided-but-not-resumed or queued-but-not-started run may wait for its
 # Celery message before the sweeper assumes the message was lost.

@@ -12,9 +12,9 @@ from agents.cli.output import CliError, command, echo
 def register(groups: Any) -> None:
     """Add the `users` group."""
     actions = groups.add_parser("users", help="reviewers and admins").add_subparsers(metavar="ACTION")
-    create = command(actions, "create", _create, "create a reviewer or an admin")
+    create = command(actions, "create", _create, "create a reviewer, an admin or an agent (gates its calls)")
     create.add_argument("name")
-    create.add_argument("--role", required=True, choices=["reviewer", "admin"])
+    create.add_argument("--role", required=True, choices=["reviewer", "admin", "agent"])
     create.add_argument("--password", help="default: a generated one, printed once")
     create.add_argument("--email", default="")
     create.add_argument(

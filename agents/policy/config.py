@@ -375,6 +375,12 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 def _check_tools_exist(
     agents: dict[str, AgentSpec], overrides: dict[str, ToolPolicy], path: Path, *, prefix: str
 ) -> None:
+    """Refuse an agent's tool that no module registers.
+
+    A name under the file's `tool_overrides` that no module registers is an external tool:
+    its rules apply to the calls external agents gate (POST /api/gate), so it is not refused.
+    An agent's own overrides only apply to the tools it runs, so there an unknown name is a typo.
+    """
     from agents.tools.registry import registry
 
     def expect_registered(tool_name: str, key: str) -> None:
@@ -387,8 +393,6 @@ def _check_tools_exist(
             expect_registered(tool_name, f"{where}tools[{index}]")
         for tool_name in agent.tool_overrides:
             expect_registered(tool_name, f"{where}tool_overrides.{tool_name}")
-    for tool_name in overrides:
-        expect_registered(tool_name, f"tool_overrides.{tool_name}")
 
 
 def _check_no_agent_rules(agents: dict[str, AgentSpec], path: Path, *, prefix: str) -> None:

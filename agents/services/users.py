@@ -1,4 +1,4 @@
-"""People who decide: reviewers and admins, as Django users in groups of those names."""
+"""People who decide (reviewers, admins) and external agents that ask, as Django users in groups of those names."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from django.db import transaction
 from agents import text
 from agents.services.errors import InvalidInput
 
-ROLES = ("reviewer", "admin")
+ROLES = ("reviewer", "admin", "agent")
 _REVIEWER_PERMISSIONS = ("view_approval", "decide_approval", "view_run")
 # Admins are a role, not superusers: they read everything in the Django admin (which is
 # read-only), the audit, and may relay a decision for another existing user.
@@ -28,14 +28,18 @@ _ADMIN_PERMISSIONS = (
     "view_sideeffect",
     "view_apitoken",
 )
+# An external agent gates, waits on, claims and reports its own calls: it never decides, and
+# without view_approval it reads no approval but those of its own gate requests.
+_AGENT_PERMISSIONS = ("gate_external",)
+_ROLE_PERMISSIONS = {"reviewer": _REVIEWER_PERMISSIONS, "admin": _ADMIN_PERMISSIONS, "agent": _AGENT_PERMISSIONS}
 _USERNAME_CHARS = cast(int, User._meta.get_field("username").max_length)
 _GROUP_CHARS = cast(int, Group._meta.get_field("name").max_length)
 
 
 def role_groups_ensure() -> dict[str, Group]:
-    """Create the reviewer and admin groups with their permissions, if missing."""
+    """Create the reviewer, admin and agent groups with their permissions, if missing."""
     groups = {}
-    for role, codenames in (("reviewer", _REVIEWER_PERMISSIONS), ("admin", _ADMIN_PERMISSIONS)):
+    for role, codenames in _ROLE_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=role)
         group.permissions.set(Permission.objects.filter(content_type__app_label="agents", codename__in=codenames))
         groups[role] = group
@@ -45,7 +49,7 @@ def role_groups_ensure() -> dict[str, Group]:
 def user_create(
     *, username: str, role: str, password: str | None = None, email: str = "", groups: tuple[str, ...] = ()
 ) -> tuple[User, str]:
-    """Create a reviewer or an admin, in approver groups; return the user and the password (generated if not given)."""
+    """Create a reviewer, an admin or an agent (in approver groups); return it and its password."""
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}, not {role!r}", field="role")
     names = _valid_groups(groups)
@@ -62,9 +66,9 @@ def user_create(
         raise InvalidInput("the password is too weak: " + " ".join(exc.messages), field="password") from None
     user.set_password(password)
     with transaction.atomic():
-        groups = role_groups_ensure()
+        roles = role_groups_ensure()
         user.save()
-        user.groups.add(groups[role], *_approver_groups(names))
+        user.groups.add(roles[role], *_approver_groups(names))
     return user, password
 
 

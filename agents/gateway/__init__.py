@@ -1,0 +1,1 @@
+"""The external-agent gate: agents that run elsewhere ask, wait, claim and report over HTTP."""

@@ -1,0 +1,49 @@
+"""Reads of the external-agent gate: one external call, as its owner (or a reviewer) may see it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents import text
+from agents.gateway import ids as gateway_ids
+from agents.models import Approval, Run, ToolCall
+from agents.services.errors import NotFound
+
+APPROVAL_ID_CHARS = Approval._meta.get_field("id").max_length
+
+
+@dataclass(frozen=True)
+class ExternalCall:
+    approval_id: str
+    call: ToolCall
+    approval: Approval | None  # None: an unlisted tool, allowed with no decision to record
+
+    @property
+    def idempotency_key(self) -> str:
+        """Return the key the agent passes to the real tool, so a doubled execution is recognisable."""
+        return self.approval_id
+
+
+def external_call_get(*, owner: str | None, approval_id: str) -> ExternalCall:
+    """Return an external call by its approval id; `owner` (None: any) must be the account that gated it.
+
+    Another account's call is reported as missing, so an agent cannot even learn it exists.
+    """
+    missing = NotFound(f"no external call {text.repair(approval_id)[:APPROVAL_ID_CHARS]}")
+    parts = gateway_ids.split(approval_id) if text.problem(approval_id) is None else None
+    if parts is None:
+        raise missing
+    run_id, call_id = parts
+    calls = ToolCall.objects.select_related("run").filter(run_id=run_id, call_id=call_id, run__kind=Run.Kind.EXTERNAL)
+    if owner is not None:
+        calls = calls.filter(run__created_by=owner)
+    call = calls.first()
+    if call is None:
+        raise missing
+    return ExternalCall(approval_id=approval_id, call=call, approval=Approval.objects.filter(pk=approval_id).first())
+
+
+def approval_state(approval_id: str) -> str:
+    """Return the status of an approval ("allowed" when none was recorded: an unlisted tool)."""
+    status = Approval.objects.filter(pk=approval_id).values_list("status", flat=True).first()
+    return status or "allowed"

@@ -1,0 +1,176 @@
+"""The external-agent gate over HTTP: gate a call, wait for its decision, claim it once, report it.
+
+Tokens of the `agent` role (`agentfast users create NAME --role agent`, then `agentfast
+tokens create NAME`) call these; they see only their own calls (another account's are
+404). Reviewers and admins may wait on any external call, never claim or report it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from typing import Any, Literal
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest, JsonResponse
+from ninja import Query, Router, Schema
+from pydantic import ConfigDict, Field
+
+from agents import events
+from agents.gateway import services as gateway
+from agents.gateway.selectors import external_call_get
+from agents.models import Approval
+from dashboard import sse
+from dashboard.api_auth import Forbidden, signed_in
+from dashboard.api_schemas import ErrorOut, Id, JsonObject
+from dashboard.auth import is_reviewer
+
+GATE = "agents.gate_external"
+MAX_WAIT_SECONDS = 60
+RECHECK_SECONDS = 1.0  # a missed push (a restarted channel layer) costs at most this much
+
+router = Router(auth=signed_in(), tags=["gate"])
+
+
+class _Strict(Schema):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class GateIn(_Strict):
+    agent: str = Field(min_length=1, max_length=100, description="The external agent's name (its runs list it)")
+    session: str = Field(min_length=1, max_length=200, description="The external run or thread id: one run each")
+    call_id: str = Field(min_length=1, max_length=200, description="The call's id, unique in its session")
+    tool: str = Field(pattern=r"^[A-Za-z0-9_.:/-]{1,100}$", description="The tool; agentfast.yaml rules apply")
+    arguments: JsonObject = Field(description="The call's arguments, a JSON object")
+    description: str = Field("", max_length=10_000, description="What the call does, for the reviewer")
+    metadata: JsonObject = Field(default_factory=dict, description="Anything else to keep with the call")
+
+
+class GateOut(Schema):
+    decision: Literal["allowed", "denied", "pending", "rejected", "expired"]
+    approval_id: str
+    reason: str = Field(description="The policy's or the reviewer's words")
+    rule: str | None = Field(description="The rule of agentfast.yaml that decided, if one did")
+    idempotency_key: str = Field(description="Pass it to the real tool: it identifies this call")
+
+
+class ConflictGateOut(ErrorOut):
+    state: str | None = None
+    stored: Any = None
+
+
+class WaitOut(Schema):
+    approval_id: str
+    status: Literal["pending", "approved", "rejected", "expired"]
+    decided_by: str = Field(description="A person, or policy:<rule>; empty while pending")
+    note: str
+    edited: bool = Field(description="A reviewer edited the arguments: claim returns the edited ones")
+
+
+class ClaimOut(Schema):
+    claimed: bool = Field(description="True for exactly one caller: that caller runs the call, once")
+    state: str = Field(description="The call: running, succeeded, failed or in_doubt")
+    arguments: JsonObject | None = Field(None, description="What to run (a reviewer's edit if any); claimed only")
+    idempotency_key: str
+    result: Any = Field(None, description="The reported outcome, once there is one")
+
+
+class ResultIn(_Strict):
+    ok: bool
+    result: Any = Field(None, description="What the tool returned (any JSON)")
+    error: str = Field("", max_length=10_000, description="What went wrong, when ok is false")
+
+
+class ResultOut(Schema):
+    approval_id: str
+    stored: bool = Field(description="False: the same outcome was already stored")
+    outcome: JsonObject
+
+
+_ERRORS: dict[int, Any] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ConflictGateOut}
+
+
+def _conflict(exc: gateway.GateConflict) -> JsonResponse:
+    return JsonResponse({"error_code": exc.code, "message": exc.message, **exc.details}, status=409)
+
+
+def _agent(request: HttpRequest) -> str:
+    """Return the calling agent account's name, or refuse a caller without the agent role."""
+    user: AbstractBaseUser = request.auth  # type: ignore[attr-defined]
+    if not user.has_perm(GATE):
+        raise Forbidden("only agent accounts may gate, claim and report calls (agentfast users create --role agent)")
+    return user.get_username()
+
+
+@router.post("/gate", response={200: GateOut, **_ERRORS})
+def gate(request: HttpRequest, body: GateIn) -> Any:
+    """Ask the policy about a call: allowed, denied (with the reason) or pending (wait, then claim)."""
+    call = gateway.GateRequest(**body.dict())
+    try:
+        answer = gateway.gate_call(owner=_agent(request), request=call)
+    except gateway.GateConflict as exc:
+        return _conflict(exc)
+    return {**answer.__dict__, "rule": answer.rule or None}
+
+
+@router.get("/approvals/{approval_id}/wait", response={200: WaitOut, **_ERRORS})
+async def approval_wait(
+    request: HttpRequest, approval_id: Id, timeout: float = Query(30, ge=0, le=MAX_WAIT_SECONDS)
+) -> dict[str, Any]:
+    """Wait up to `timeout` seconds (60 at most) for a decision; answer at once when there is one."""
+    owner = await sync_to_async(_waiter)(request.auth)
+    found = await sse._read(partial(external_call_get, owner=owner, approval_id=approval_id))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with sse._Live(events.run_group(found.call.run_id)) as live:
+        while True:
+            state = await sse._read(_state, approval_id)
+            remaining = deadline - loop.time()
+            if state["status"] != Approval.Status.PENDING or remaining <= 0:
+                return state
+            await live.next(min(remaining, RECHECK_SECONDS if live.layer is not None else sse.POLL_SECONDS))
+
+
+def _waiter(user: AbstractBaseUser) -> str | None:
+    """Return whose calls the user may wait on: their own (agent), any (None: a reviewer)."""
+    if is_reviewer(user):
+        return None
+    if user.has_perm(GATE):
+        return user.get_username()
+    raise Forbidden("only agent accounts and reviewers may wait on external calls")
+
+
+def _state(approval_id: str) -> dict[str, Any]:
+    approval = Approval.objects.filter(pk=approval_id).first()
+    if approval is None:  # an unlisted tool: allowed with nobody asked
+        return {"approval_id": approval_id, "status": "approved", "decided_by": "", "note": "", "edited": False}
+    return {
+        "approval_id": approval_id,
+        "status": approval.status,
+        "decided_by": approval.decided_by,
+        "note": approval.note,
+        "edited": approval.arguments is not None,
+    }
+
+
+@router.post("/approvals/{approval_id}/claim", response={200: ClaimOut, **_ERRORS})
+def approval_claim(request: HttpRequest, approval_id: Id) -> Any:
+    """Claim the execution of an allowed or approved call: exactly one caller gets `claimed: true`."""
+    try:
+        claim = gateway.external_call_claim(owner=_agent(request), approval_id=approval_id)
+    except gateway.GateConflict as exc:
+        return _conflict(exc)
+    return claim.__dict__
+
+
+@router.post("/approvals/{approval_id}/result", response={200: ResultOut, **_ERRORS})
+def approval_result(request: HttpRequest, approval_id: Id, body: ResultIn) -> Any:
+    """Report what the claimed call did; stored once (the same report again is fine, another is 409)."""
+    try:
+        outcome, stored = gateway.external_call_report(
+            owner=_agent(request), approval_id=approval_id, ok=body.ok, result=body.result, error=body.error
+        )
+    except gateway.GateConflict as exc:
+        return _conflict(exc)
+    return {"approval_id": approval_id, "stored": stored, "outcome": outcome}
