@@ -354,4 +354,4 @@ class ApiToken(models.Model):
 
 
 # Notification deliveries live with their channels; imported here so Django sees them as this app's models.
-from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink, SlackLink, SlackRequest  # noqa: F401
+from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink, SlackLink, SlackRequest  # noqa: E402, F401

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router, Schema
 from pydantic import ConfigDict, Field
@@ -97,7 +97,7 @@ def _conflict(exc: gateway.GateConflict) -> JsonResponse:
 
 def _agent(request: HttpRequest) -> str:
     """Return the calling agent account's name, or refuse a caller without the agent role."""
-    user: AbstractBaseUser = request.auth  # type: ignore[attr-defined]
+    user: User = request.auth  # type: ignore[attr-defined]
     if not user.has_perm(GATE):
         raise Forbidden("only agent accounts may gate, claim and report calls (agentfast users create --role agent)")
     return user.get_username()
@@ -119,7 +119,7 @@ async def approval_wait(
     request: HttpRequest, approval_id: Id, timeout: float = Query(30, ge=0, le=MAX_WAIT_SECONDS)
 ) -> dict[str, Any]:
     """Wait up to `timeout` seconds (60 at most) for a decision; answer at once when there is one."""
-    owner = await sync_to_async(_waiter)(request.auth)
+    owner = await sync_to_async(_waiter)(request.auth)  # type: ignore[attr-defined]
     found = await sse._read(partial(external_call_get, owner=owner, approval_id=approval_id))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -132,7 +132,7 @@ async def approval_wait(
             await live.next(min(remaining, RECHECK_SECONDS if live.layer is not None else sse.POLL_SECONDS))
 
 
-def _waiter(user: AbstractBaseUser) -> str | None:
+def _waiter(user: User) -> str | None:
     """Return whose calls the user may wait on: their own (agent), any (None: a reviewer)."""
     if is_reviewer(user):
         return None

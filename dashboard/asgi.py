@@ -11,12 +11,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django_asgi_app = get_asgi_application()
 
 # Channels' imports need the app registry ready, hence after get_asgi_application().
-from channels.auth import AuthMiddlewareStack
-from channels.routing import ProtocolTypeRouter, URLRouter
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from dashboard.limits import BodyLimit, SharedStreamThread, guard_daphne
-from dashboard.origin import SameOriginValidator
-from dashboard.routing import websocket_urlpatterns
+from dashboard.limits import BodyLimit, SharedStreamThread, guard_daphne  # noqa: E402
+from dashboard.origin import SameOriginValidator  # noqa: E402
+from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

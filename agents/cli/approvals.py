@@ -111,7 +111,8 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
         return print_json(shape.as_json())
     if result.outcome == "voted":
         echo(
-            f"Approved {approval.id} ({approval.tool}) as {who.decider}: {approval.tally}; it runs at {approval.quorum}."
+            f"Approved {approval.id} ({approval.tool}) as {who.decider}: {approval.tally};"
+            f" it runs at {approval.quorum}."
         )
         return None
     if result.outcome == "idempotent" and approval.status == "pending":

@@ -163,7 +163,8 @@ def _describe(call: dict[str, Any], output: dict[str, Any]) -> str:
     result = output.get("result") or {}
     edited = " (a reviewer edited the request before it ran)" if output.get("edited_by_human") else ""
     if name == "refund_request":
-        return f"Refunded {_money(result.get('amount_cents', 0))} for order {result.get('order_id')} (refund {result.get('refund_id')}){edited}."
+        amount, order, refund = _money(result.get("amount_cents", 0)), result.get("order_id"), result.get("refund_id")
+        return f"Refunded {amount} for order {order} (refund {refund}){edited}."
     if name == "send_email":
         return f"Sent the email to {result.get('to')}{edited}."
     if name == "ask_human":

@@ -3,7 +3,6 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-
 PLAYGROUND_SUFFIX = " (playground)"
 
 

@@ -18,20 +18,14 @@ An entry without `events` hears every event.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
-EVENTS = (
-    "approval.required",
-    "approval.decided",
-    "approval.expired",
-    "approval.reminder",
-    "approval.escalated",
-)
 EventType = Literal[
     "approval.required", "approval.decided", "approval.expired", "approval.reminder", "approval.escalated"
 ]
+EVENTS: tuple[EventType, ...] = get_args(EventType)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

@@ -92,7 +92,8 @@ def _retry_later(delivery: Delivery) -> None:
 
     from agents.notify.tasks import deliver
 
-    countdown = max(0.0, (delivery.next_attempt_at - timezone.now()).total_seconds())
+    due = delivery.next_attempt_at or timezone.now()
+    countdown = max(0.0, (due - timezone.now()).total_seconds())
     try:
         deliver.apply_async((delivery.pk,), countdown=countdown)
     except Exception as exc:  # noqa: BLE001 — the sweeper finds it by next_attempt_at

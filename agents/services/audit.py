@@ -14,13 +14,16 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from agents import text
 from agents.models import AuditEntry
+
+if TYPE_CHECKING:
+    from django.db.models import Field
 
 GENESIS = "0" * 64
 # Any fixed 64-bit key works; this one spells "afaudit" so it is recognizable in pg_locks.
@@ -86,7 +89,8 @@ def audit_append(
 
 def _fit(name: str, value: str) -> str:
     """Return text repaired and cut to its column's length."""
-    return text.repair(value)[: AuditEntry._meta.get_field(name).max_length]
+    column = cast("Field[Any, Any]", AuditEntry._meta.get_field(name))  # a text column, not a relation
+    return text.repair(value)[: column.max_length]
 
 
 def _lock_chain() -> None:
