@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from datetime import datetime
+
+from django.db.models import Count, Q, QuerySet
 
 from agents.models import Approval, Run, SideEffect
 from agents.services.errors import NotFound
@@ -53,3 +55,62 @@ def user_is_active(username: str) -> bool:
     from django.contrib.auth.models import User
 
     return User.objects.filter(username=username, is_active=True).exists()
+
+
+# -- runs list, insights and metrics (issue 11) -------------------------------------------
+
+
+def run_search(
+    *,
+    query: str = "",
+    status: str | None = None,
+    agent: str | None = None,
+    created_by: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[Run]:
+    """Return runs newest first, filtered, each with its count of pending approvals (`pending`)."""
+    runs = run_list(status=status, agent=agent)
+    if query:
+        runs = runs.filter(Q(input__icontains=query) | Q(id__icontains=query) | Q(output__icontains=query))
+    if created_by:
+        runs = runs.filter(created_by=created_by)
+    if since:
+        runs = runs.filter(created_at__gte=since)
+    if until:
+        runs = runs.filter(created_at__lt=until)
+    return runs.annotate(pending=Count("approvals", filter=Q(approvals__status=Approval.Status.PENDING)))
+
+
+def run_agents() -> list[str]:
+    return list(Run.objects.order_by("agent").values_list("agent", flat=True).distinct())
+
+
+def run_creators() -> list[str]:
+    return list(Run.objects.exclude(created_by="").order_by("created_by").values_list("created_by", flat=True).distinct())
+
+
+def decided_approvals(*, since: datetime | None = None) -> QuerySet[Approval]:
+    """Return approvals decided by a person or the system (not expired), oldest decision first."""
+    decided = Approval.objects.filter(
+        status__in=(Approval.Status.APPROVED, Approval.Status.REJECTED), decided_at__isnull=False
+    ).select_related("run")
+    if since:
+        decided = decided.filter(decided_at__gte=since)
+    return decided.order_by("decided_at", "id")
+
+
+def approvals_opened_and_closed(*, since: datetime) -> QuerySet[Approval]:
+    """Return approvals that were open at some moment since `since` (for queue depth over time)."""
+    return Approval.objects.filter(Q(decided_at__isnull=True) | Q(decided_at__gte=since)).only(
+        "id", "created_at", "decided_at", "status"
+    )
+
+
+def pending_approval_count() -> int:
+    return Approval.objects.filter(status=Approval.Status.PENDING).count()
+
+
+def run_counts_by_status() -> dict[str, int]:
+    counts = dict(Run.objects.order_by().values_list("status").annotate(n=Count("id")))
+    return {status: counts.get(status, 0) for status in Run.Status.values}
