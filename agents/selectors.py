@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import Count, Q, QuerySet
 
-from agents.models import Approval, Run, SideEffect
+from agents.models import Approval, Run, SavedAgent, SideEffect
 from agents.services.errors import NotFound
 
 
@@ -87,7 +89,9 @@ def run_agents() -> list[str]:
 
 
 def run_creators() -> list[str]:
-    return list(Run.objects.exclude(created_by="").order_by("created_by").values_list("created_by", flat=True).distinct())
+    return list(
+        Run.objects.exclude(created_by="").order_by("created_by").values_list("created_by", flat=True).distinct()
+    )
 
 
 def decided_approvals(*, since: datetime | None = None) -> QuerySet[Approval]:
@@ -114,3 +118,28 @@ def pending_approval_count() -> int:
 def run_counts_by_status() -> dict[str, int]:
     counts = dict(Run.objects.order_by().values_list("status").annotate(n=Count("id")))
     return {status: counts.get(status, 0) for status in Run.Status.values}
+
+
+@dataclass(frozen=True)
+class DecisionLatency:
+    tool: str
+    seconds: float
+
+
+def decision_latencies() -> Iterator[DecisionLatency]:
+    """Yield the tool and seconds-to-decision of every decided approval, a batch of rows at a time."""
+    rows = decided_approvals().values_list("tool", "created_at", "decided_at")
+    for tool, created_at, decided_at in rows.iterator(chunk_size=2000):
+        yield DecisionLatency(tool=tool, seconds=max((decided_at - created_at).total_seconds(), 0.0))
+
+
+def saved_agents(*, owner_id: int) -> QuerySet[SavedAgent]:
+    return SavedAgent.objects.filter(owner_id=owner_id).order_by("name", "id")
+
+
+def saved_agent_get(*, owner_id: int, saved_id: int) -> SavedAgent:
+    """Return one of the owner's saved agents; another person's is not found."""
+    try:
+        return SavedAgent.objects.get(owner_id=owner_id, pk=saved_id)
+    except SavedAgent.DoesNotExist:
+        raise NotFound(f"no saved agent {saved_id}") from None

@@ -23,7 +23,6 @@ from agents.models import (
     ToolCall,
 )
 
-
 admin.site.site_header = "agentfast admin"
 admin.site.site_title = "agentfast admin"
 admin.site.index_title = "The engine's rows, read-only"

@@ -40,6 +40,7 @@ from agents.services.steps import (
     toolcall_mark_in_doubt,
     toolcall_record_result,
 )
+from agents.services.saved_agents import savedagent_save
 from agents.services.tokens import token_authenticate, token_create, token_revoke
 from agents.services.users import role_groups_ensure, user_create, user_set_password
 
@@ -61,6 +62,7 @@ __all__ = [
     "audit_verify",
     "message_append",
     "role_groups_ensure",
+    "savedagent_save",
     "run_cancel",
     "run_complete",
     "run_create",
@@ -71,14 +73,14 @@ __all__ = [
     "run_suspend",
     "sideeffect_record",
     "step_open",
+    "token_authenticate",
+    "token_create",
+    "token_revoke",
     "toolcall_ask",
     "toolcall_claim",
     "toolcall_finish",
     "toolcall_mark_in_doubt",
     "toolcall_record_result",
-    "token_authenticate",
-    "token_create",
-    "token_revoke",
     "user_create",
     "user_set_password",
 ]

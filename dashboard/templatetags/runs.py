@@ -49,3 +49,11 @@ def waited(approval: Approval) -> str:
 def short_id(value: str) -> str:
     """Return the last 8 characters of an id (a ULID's random tail tells runs apart)."""
     return str(value)[-8:]
+
+
+@register.filter
+def agent_name(run: Run) -> str:
+    """Return the agent's name as people read it (a composed agent's saved name, or its tools and model)."""
+    from dashboard.playground import agent_label
+
+    return agent_label(run.agent, run.agent_config)
