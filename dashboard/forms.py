@@ -111,7 +111,7 @@ class RunFilter(forms.Form):
         self.is_valid()
         data = getattr(self, "cleaned_data", {})
         until = data.get("until")
-        return selectors.run_search(
+        runs = selectors.run_search(
             query=data.get("q", ""),
             status=data.get("status") or None,
             agent=data.get("agent") or None,
@@ -119,6 +119,7 @@ class RunFilter(forms.Form):
             since=_day_start(data["since"]) if data.get("since") else None,
             until=_day_start(until + timedelta(days=1)) if until and until < date.max else None,
         )
+        return runs.none() if "q" in self.errors else runs  # a search that cannot be read matches nothing
 
 
 class AuditFilter(forms.Form):
