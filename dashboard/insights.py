@@ -149,6 +149,11 @@ def seconds_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _n(value: float) -> str:
+    """Return a coordinate with one decimal (format_html escapes its arguments to text first)."""
+    return f"{value:.1f}"
+
+
 def _polyline(points: Sequence[tuple[float, float]], css: str) -> SafeString:
     coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
     return format_html('<polyline class="{}" points="{}"/>', css, coords)
@@ -185,7 +190,7 @@ def latency_chart(tool: str, series: Sequence[tuple[date, float, float]]) -> Saf
 
     p50 = [(x(index), y(value)) for index, (_, value, _) in enumerate(series)]
     p95 = [(x(index), y(value)) for index, (_, _, value) in enumerate(series)]
-    dots = format_html_join("", '<circle cx="{:.1f}" cy="{:.1f}" r="3" class="p50"/>', p50)
+    dots = format_html_join("", '<circle cx="{}" cy="{}" r="3" class="p50"/>', ((_n(px), _n(py)) for px, py in p50))
     labels = format_html(
         '<text x="4" y="{}">{}</text><text x="4" y="{}">0</text>{}',
         PAD / 2 + 4,
@@ -211,7 +216,9 @@ def _day_labels(days: Sequence[date], x: object) -> SafeString:
     picked = [
         (x(index), HEIGHT - PAD + 16, day.strftime("%b %d")) for index, day in enumerate(days) if index % every == 0
     ]  # type: ignore[operator]
-    return format_html_join("", '<text x="{:.1f}" y="{}" text-anchor="middle">{}</text>', picked)
+    return format_html_join(
+        "", '<text x="{}" y="{}" text-anchor="middle">{}</text>', ((_n(px), py, day) for px, py, day in picked)
+    )
 
 
 def depth_chart(points: Sequence[tuple[datetime, int]]) -> SafeString:
@@ -240,11 +247,11 @@ def rates_chart(title: str, rates: dict[str, Rates]) -> SafeString:
             if count:
                 bars.append(
                     format_html(
-                        '<rect class="{}" x="{:.1f}" y="{}" width="{:.1f}" height="18" data-count="{}"><title>{}: {} {}</title></rect>',
+                        '<rect class="{}" x="{}" y="{}" width="{}" height="18" data-count="{}"><title>{}: {} {}</title></rect>',
                         part,
-                        left,
+                        _n(left),
                         top,
-                        width,
+                        _n(width),
                         count,
                         name,
                         count,

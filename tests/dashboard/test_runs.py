@@ -10,7 +10,6 @@ from django.utils import timezone
 from agents import services
 from agents.models import AuditEntry, Run
 from dashboard import playground
-
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, resume, start
 
