@@ -184,7 +184,8 @@ def run_create(request: HttpRequest) -> JsonResponse:
         )
     except services.InvalidInput as exc:
         return JsonResponse({"error_code": exc.code, "message": exc.message, **exc.details}, status=400)
-    return JsonResponse({"run": serializers.run_summary(run)}, status=201)
+    label = agent_label(run.agent, run.agent_config)
+    return JsonResponse({"run": serializers.run_summary(run), "agent_label": label}, status=201)
 
 
 @require_POST

@@ -402,14 +402,14 @@
 
   // -- starting a run -------------------------------------------------------------------
 
-  function remember(run) {
+  function remember(run, agentLabel) {
     var empty = historyList.querySelector(".pg-none");
     if (empty) empty.remove();
     var item = el("li");
     item.dataset.runId = run.id;
     var link = el("a", null, run.input.length > 60 ? run.input.slice(0, 59) + "…" : run.input);
     link.href = "?run=" + encodeURIComponent(run.id);
-    item.append(link, " ", el("span", "badge status-" + run.status, run.status), " ", el("span", "muted", run.agent));
+    item.append(link, " ", el("span", "badge status-" + run.status, run.status), " ", el("span", "muted", agentLabel || run.agent));
     historyList.prepend(item);
   }
 
@@ -427,7 +427,7 @@
         error.hidden = false;
         return;
       }
-      remember(answer.run);
+      remember(answer.run, answer.agent_label);
       showRun(answer.run);
       drive();
     } finally {
