@@ -127,13 +127,33 @@ def _daily_latency(rows: Iterable[Decided]) -> list[tuple[date, float, float]]:
 def queue_depth(
     spans: Iterable[tuple[datetime, datetime | None]], *, start: datetime, end: datetime
 ) -> list[tuple[datetime, int]]:
-    """Return how many approvals were open at evenly spaced moments from `start` to `end`."""
-    spans = list(spans)
-    step = (end - start) / (DEPTH_POINTS - 1)
-    moments = [start + step * index for index in range(DEPTH_POINTS)]
-    return [
-        (at, sum(1 for opened, closed in spans if opened <= at and (closed is None or closed > at))) for at in moments
-    ]
+    """Return the most approvals open at once in each of DEPTH_POINTS equal periods from `start` to `end`.
+
+    The peak, not a sample: a call decided in seconds still shows in its period.
+    1. Turn each span into +1 when it opens and -1 when it closes (closes first at a tie).
+    2. Walk the changes in time order, keeping the current depth and each period's peak.
+    """
+    step = (end - start) / DEPTH_POINTS
+    changes = []
+    for opened, closed in spans:
+        changes.append((opened, 1))
+        if closed is not None:
+            changes.append((closed, -1))
+    changes.sort(key=lambda change: (change[0], change[1]))
+    depth, index = 0, 0
+    while index < len(changes) and changes[index][0] <= start:
+        depth += changes[index][1]
+        index += 1
+    peaks = []
+    for period in range(DEPTH_POINTS):
+        period_end = start + step * (period + 1)
+        peak = depth
+        while index < len(changes) and changes[index][0] < period_end:
+            depth += changes[index][1]
+            peak = max(peak, depth)
+            index += 1
+        peaks.append((start + step * period, peak))
+    return peaks
 
 
 # -- drawing -----------------------------------------------------------------------------
@@ -300,7 +320,7 @@ def insights_page(request: HttpRequest) -> HttpResponse:
             for tool, series in summary.latency_series.items()
         ],
         "depth_chart": depth_chart(depth),
-        "depth_now": depth[-1][1] if depth else 0,
+        "depth_now": selectors.pending_approval_count(),
         "rates": [
             (title, rates_chart(title, rates), rates)
             for title, rates in (

@@ -65,13 +65,17 @@ def test_it_suggests_a_rule_for_a_tool_always_approved_as_asked():
     assert summary.suggestions == [("lookup_order", insights.RULE_SUGGESTION_MIN + 1)]
 
 
-def test_it_counts_the_queue_depth_at_each_moment():
-    spans = [(T0, T0 + timedelta(hours=1)), (T0 + timedelta(minutes=30), None)]
+def test_it_counts_the_most_approvals_open_at_once_in_each_period():
+    spans = [
+        (T0 - timedelta(hours=1), T0 + timedelta(seconds=1)),  # open before the window, decided in its first period
+        (T0, T0 + timedelta(seconds=1)),  # decided in a second: still counted in its period
+        (T0 + timedelta(hours=3), None),  # still waiting
+    ]
 
-    depth = queue_depth(spans, start=T0 - timedelta(minutes=1), end=T0 + timedelta(hours=2))
+    depth = queue_depth(spans, start=T0, end=T0 + timedelta(hours=insights.DEPTH_POINTS))
 
-    assert depth[0][1] == 0 and depth[-1][1] == 1
-    assert max(count for _, count in depth) == 2
+    assert [count for _, count in depth[:5]] == [2, 0, 0, 1, 1]
+    assert depth[-1][1] == 1 and len(depth) == insights.DEPTH_POINTS
 
 
 def test_it_shows_the_rates_of_decisions_made_through_the_services(client_for, alice, monkeypatch):
