@@ -28,6 +28,7 @@ admin.site.site_title = "agentfast admin"
 admin.site.index_title = "The engine's rows, read-only"
 admin.site.site_url = "/"
 
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
         """Return the row with its text repaired for display: every stored row must render."""

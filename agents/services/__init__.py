@@ -30,6 +30,7 @@ from agents.services.runs import (
     run_request_resume,
     run_suspend,
 )
+from agents.services.saved_agents import savedagent_save
 from agents.services.steps import (
     PlannedCall,
     message_append,
@@ -40,7 +41,6 @@ from agents.services.steps import (
     toolcall_mark_in_doubt,
     toolcall_record_result,
 )
-from agents.services.saved_agents import savedagent_save
 from agents.services.tokens import token_authenticate, token_create, token_revoke
 from agents.services.users import role_groups_ensure, user_create, user_set_password
 
@@ -62,7 +62,6 @@ __all__ = [
     "audit_verify",
     "message_append",
     "role_groups_ensure",
-    "savedagent_save",
     "run_cancel",
     "run_complete",
     "run_create",
@@ -71,6 +70,7 @@ __all__ = [
     "run_renew_lease",
     "run_request_resume",
     "run_suspend",
+    "savedagent_save",
     "sideeffect_record",
     "step_open",
     "token_authenticate",
