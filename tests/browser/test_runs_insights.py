@@ -136,3 +136,23 @@ def test_it_saves_a_composed_agent_and_runs_it_when_picked(viewer: Callable[...,
     phone = viewer("alice", path="/playground/", viewport=PHONE)
     phone.screenshot("playground-390")
     assert seen.errors == [] and phone.errors == []
+
+
+def test_it_shows_a_reviewers_edits_on_the_playground_card(viewer: Callable[..., Viewer], alice: User) -> None:
+    seen = viewer("alice", path="/playground/")
+    page = seen.page
+    page.select_option("#pg-agent", "support")
+    page.fill("#pg-input", REFUND)
+    page.click("#pg-run")
+    card = page.locator(".pg-approval")
+    expect(card).to_be_visible()
+
+    card.locator(".pg-edit summary").click()
+    card.locator(".pg-edit-args").fill('{"order_id": "A1001", "amount_cents": 2000}')
+    card.locator(".pg-approve").click()
+
+    edit = card.locator(".pg-edits li")
+    expect(edit).to_have_count(1)
+    expect(edit).to_have_text("amount_cents: 2500 → 2000")
+    expect(page.locator("#pg-status")).to_have_text("completed")
+    assert seen.errors == []
