@@ -333,6 +333,11 @@
     var approval = view.approvals[data.approval_id];
     if (response.ok) {
       decided(approval, answer.status, answer.decided_by, answer.note);
+      if (body.arguments && approval) showEdits(approval.card, data.approval_id);
+      if (approval && approval.mode === "defer" && answer.status === "approved") {
+        view.deferred[approval.callId] = true;
+        followDeferred(view);
+      }
       return maybeResume();
     }
     if (answer.approval) {

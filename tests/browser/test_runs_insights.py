@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from agents import services
-from agents.models import Run
+from agents.models import Run, SideEffect
 from tests.browser.conftest import Viewer
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, start
@@ -155,4 +155,26 @@ def test_it_shows_a_reviewers_edits_on_the_playground_card(viewer: Callable[...,
     expect(edit).to_have_count(1)
     expect(edit).to_have_text("amount_cents: 2500 → 2000")
     expect(page.locator("#pg-status")).to_have_text("completed")
+    assert seen.errors == []
+
+
+@pytest.mark.integration
+def test_it_follows_an_approved_deferred_call_until_it_has_run(
+    start_worker: Callable[..., object], viewer: Callable[..., Viewer], alice: User
+) -> None:
+    start_worker()
+    seen = viewer("alice", path="/playground/")
+    page = seen.page
+    page.select_option("#pg-agent", "support")
+    page.fill("#pg-input", "Email bob@example.com that his refund is on its way")
+    page.click("#pg-run")
+    card = page.locator(".pg-approval")
+    expect(card.locator(".pg-mode")).to_have_text("defer")
+    expect(page.locator("#pg-status")).to_have_text("completed")  # the run went on without the email
+
+    card.locator(".pg-approve").click()
+
+    # The worker sends it after the page's stream ended; the page keeps following the run until it has.
+    expect(card.locator(".pg-result").last).to_contain_text('"status": "sent"', timeout=30_000)
+    assert SideEffect.objects.filter(tool="send_email").count() == 1
     assert seen.errors == []
