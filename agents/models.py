@@ -353,5 +353,22 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.user})"
 
 
+class SavedAgent(models.Model):
+    """An agent composed in the playground and saved under a name by its owner."""
+
+    owner = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="saved_agents")
+    name = models.CharField(max_length=80)
+    definition = models.JSONField()  # the agent as agentfast.yaml would write it (playground.AgentForm.spec)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="savedagent_owner_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.owner})"
+
+
 # Notification deliveries live with their channels; imported here so Django sees them as this app's models.
 from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink, SlackLink, SlackRequest  # noqa: E402, F401

@@ -24,6 +24,11 @@ from agents.models import (
     ToolCall,
 )
 
+admin.site.site_header = "agentfast admin"
+admin.site.site_title = "agentfast admin"
+admin.site.index_title = "The engine's rows, read-only"
+admin.site.site_url = "/"
+
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:

@@ -109,7 +109,33 @@ class InboxFilter(forms.Form):
 
 
 class RunFilter(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="Search")
     status = forms.ChoiceField(required=False, choices=[("", "All"), *Run.Status.choices])
+    agent = forms.CharField(required=False, max_length=100)
+    creator = forms.CharField(required=False, max_length=150)
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def clean_q(self) -> str:
+        try:
+            return agents_text.require_clean(self.cleaned_data["q"], field="search")
+        except agents_text.UnsafeText as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def runs(self) -> QuerySet[Run]:
+        """Return the runs these filters select; filters that do not parse are ignored, one by one."""
+        self.is_valid()
+        data = getattr(self, "cleaned_data", {})
+        until = data.get("until")
+        runs = selectors.run_search(
+            query=data.get("q", ""),
+            status=data.get("status") or None,
+            agent=data.get("agent") or None,
+            created_by=data.get("creator") or None,
+            since=_day_start(data["since"]) if data.get("since") else None,
+            until=_day_start(until + timedelta(days=1)) if until and until < date.max else None,
+        )
+        return runs.none() if "q" in self.errors else runs  # a search that cannot be read matches nothing
 
 
 class AuditFilter(forms.Form):

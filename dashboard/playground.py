@@ -8,7 +8,9 @@ name as created_by and started_from "playground", which is how the page finds yo
 
 An agent composed on the page (system prompt, tools and their risk, model) travels with its
 run (Run.agent_config), so any worker can drive it; it is named after a hash of its
-settings, so runs of the same settings carry the same name. agentfast.yaml's policy is a
+settings, so runs of the same settings carry the same name; people read it as its saved
+name or "composed: <tools> · <model>" (agent_label). A composed agent may be saved under a
+name (SavedAgent, its owner's own) and picked again. agentfast.yaml's policy is a
 floor: a composed agent may add gates, never remove or weaken them. The page shows the
 floor, and the engine applies it to every run whatever was posted (the server decides).
 """
@@ -18,16 +20,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from typing import Any, cast
 
 from django import forms
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from agents import schemas, selectors, services
-from agents.models import Run
+from agents import schemas, selectors, services, text
+from agents.models import Run, SavedAgent
 from agents.policy import (
     MODES,
     RISKS,
@@ -40,12 +44,15 @@ from agents.policy import (
 )
 from agents.services.approvals import MAX_TEXT_CHARS
 from agents.services.runs import MAX_INPUT_CHARS
+from agents.services.saved_agents import MAX_NAME_CHARS
 from agents.tools import registry
 from dashboard.auth import reviewer_required
 
 HISTORY_SIZE = 12
 COMPOSE = "__compose__"  # the agent choice that means "the one described below"
+SAVED = "saved:"  # the agent choice of a saved agent: "saved:<id>"
 COMPOSED = "playground-"  # the name prefix of composed agents
+UNNAMED = "Composed in the playground."  # a composed agent's description, unless it was saved under a name
 # What the built-in demo model understands (agents.llm.demo), one click away.
 DEMO_PROMPTS = (
     "Refund order A1001 for 25.00 USD",
@@ -56,6 +63,11 @@ DEMO_PROMPTS = (
 
 
 PLAYGROUND = "playground"  # the started_from of runs started here
+
+
+def _owner(request: HttpRequest) -> User:
+    """Return the signed-in user (every view here requires one)."""
+    return cast(User, request.user)
 
 
 def creator(request: HttpRequest) -> str:
@@ -71,11 +83,13 @@ class RunForm(forms.Form):
     agent = forms.ChoiceField()
     input = forms.CharField(max_length=MAX_INPUT_CHARS, strip=False)
 
-    def __init__(self, *args: Any, agents: list[AgentSpec], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, agents: list[AgentSpec], saved_agents: Iterable[SavedAgent] = (), **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        cast(forms.ChoiceField, self.fields["agent"]).choices = [(agent.name, agent.name) for agent in agents] + [
-            (COMPOSE, "compose")
-        ]
+        choices = [(agent.name, agent.name) for agent in agents] + [(COMPOSE, "compose")]
+        choices += [(f"{SAVED}{saved.pk}", saved.name) for saved in saved_agents]
+        cast(forms.ChoiceField, self.fields["agent"]).choices = choices
 
 
 class AgentForm(forms.Form):
@@ -85,6 +99,7 @@ class AgentForm(forms.Form):
     model = forms.ChoiceField(choices=[("demo", "demo"), ("openai", "openai")])
     model_name = forms.RegexField(required=False, max_length=100, regex=r"^[\w.:/-]+$")
     tools = forms.MultipleChoiceField(required=False)
+    agent_name = forms.CharField(required=False, max_length=MAX_NAME_CHARS)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -105,7 +120,7 @@ class AgentForm(forms.Form):
         tools = data["tools"]
         overrides = {name: self._rule(name) for name in tools}
         return {
-            "description": "Composed in the playground.",
+            "description": data.get("agent_name") or UNNAMED,
             "model": f"openai:{data['model_name']}" if data["model"] == "openai" else "demo",
             "system_prompt": data["system_prompt"],
             "tools": tools,
@@ -125,6 +140,7 @@ def page(request: HttpRequest) -> HttpResponse:
     context = {
         "agents": agents,
         "compose": COMPOSE,
+        "saved_agents": [_saved_option(saved) for saved in selectors.saved_agents(owner_id=_owner(request).pk)],
         "tools": _tools(),
         "openai_endpoint": os.environ.get("OPENAI_BASE_URL", ""),
         "risks": RISKS,
@@ -137,12 +153,24 @@ def page(request: HttpRequest) -> HttpResponse:
     return render(request, "dashboard/playground.html", context)
 
 
+def _saved_option(saved: SavedAgent) -> dict[str, Any]:
+    """Return a saved agent as the page's agent picker shows it."""
+    spec = saved.definition
+    return {
+        "value": f"{SAVED}{saved.pk}",
+        "name": saved.name,
+        "model": spec.get("model", ""),
+        "tools": ", ".join(spec.get("tools", [])),
+        "definition": text.dumps(spec),
+    }
+
+
 @require_POST
 @reviewer_required
 def run_create(request: HttpRequest) -> JsonResponse:
     """Create a playground run (queued, auto_resume off); the page then drives and streams it."""
     agents, _ = _agents()
-    form = RunForm(request.POST, agents=agents)
+    form = RunForm(request.POST, agents=agents, saved_agents=selectors.saved_agents(owner_id=_owner(request).pk))
     if not form.is_valid():
         return _invalid(form)
     agent, agent_config = form.cleaned_data["agent"], None
@@ -151,6 +179,10 @@ def run_create(request: HttpRequest) -> JsonResponse:
         if not composed.is_valid():
             return _invalid(composed)
         agent_config = composed.spec()
+    elif agent.startswith(SAVED):
+        saved = selectors.saved_agent_get(owner_id=_owner(request).pk, saved_id=int(agent[len(SAVED) :]))
+        agent_config = saved.definition
+    if agent_config is not None:
         agent = composed_name(agent_config)
     try:
         run = services.run_create(
@@ -164,12 +196,41 @@ def run_create(request: HttpRequest) -> JsonResponse:
         )
     except services.InvalidInput as exc:
         return JsonResponse({"error_code": exc.code, "message": exc.message, **exc.details}, status=400)
-    return JsonResponse({"run": schemas.RunSummary.of(run).as_json()}, status=201)
+    label = agent_label(run.agent, run.agent_config)
+    return JsonResponse({"run": schemas.RunSummary.of(run).as_json(), "agent_label": label}, status=201)
+
+
+@require_POST
+@reviewer_required
+def agent_save(request: HttpRequest) -> JsonResponse:
+    """Save the agent composed on the page under the name given; the page adds it to its picker."""
+    composed = AgentForm(request.POST)
+    if not composed.is_valid():
+        return _invalid(composed)
+    try:
+        saved = services.savedagent_save(
+            owner=_owner(request), name=composed.cleaned_data["agent_name"], definition=composed.spec()
+        )
+    except services.InvalidInput as exc:
+        return JsonResponse({"error_code": exc.code, "message": exc.message, **exc.details}, status=400)
+    return JsonResponse({"agent": _saved_option(saved)}, status=201)
 
 
 def composed_name(spec: dict[str, Any]) -> str:
     """Name a composed agent after its settings, so runs of the same settings group together."""
     return COMPOSED + hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def agent_label(agent: str, agent_config: dict[str, Any] | None) -> str:
+    """Return the name people read for a run's agent: its saved name, or "composed: <tools> · <model>"."""
+    if not agent.startswith(COMPOSED) or not isinstance(agent_config, dict):
+        return agent
+    description = str(agent_config.get("description") or "")
+    if description and description != UNNAMED:
+        return description
+    tools = [str(tool) for tool in agent_config.get("tools") or []]
+    shown = ", ".join(tools[:2]) + (f" +{len(tools) - 2}" if len(tools) > 2 else "") if tools else "no tools"
+    return f"composed: {shown} · {agent_config.get('model', 'demo')}"
 
 
 def _invalid(form: forms.Form) -> JsonResponse:

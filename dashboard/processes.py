@@ -143,6 +143,8 @@ def _dev(args: argparse.Namespace) -> int:
     login = dev_login(settings.VAR_DIR / "login.txt")
     connections.close_all()  # the processes below are forked; none may share this connection
     port = int(os.environ.get("AGENTFAST_PORT", "8321"))
+    # The demo model streams at a pace a person can follow here; tests and benches keep 0.
+    os.environ.setdefault("AGENTFAST_DEMO_DELAY_MS", "15")
     manager = Manager()
     for name, argv in _dev_processes(settings.VAR_DIR, port).items():
         manager.add_process(name, shlex.join(argv), cwd=str(settings.BASE_DIR))
@@ -158,14 +160,26 @@ def _dev_processes(var_dir: Path, port: int) -> dict[str, list[str]]:
         "web": [*cli, "serve", "--port", str(port)],
         "worker": [*cli, "worker"],
         "beat": [
-            *(sys.executable, "-m", "celery", "-A", "dashboard", "beat", "--loglevel=INFO"),
+            *(sys.executable, "-m", "celery", "-A", "dashboard", "beat", f"--loglevel={log_level()}"),
             *("--schedule", str(var_dir / "celerybeat-schedule")),
         ],
     }
 
 
-def _announce(port: int, login: str) -> None:
-    """Print the URL and the login once the web answers, so they are the last thing to read."""
+def log_level() -> str:
+    """Return the log level of Celery and daphne: WARNING unless AGENTFAST_LOG_LEVEL asks for more.
+
+    At INFO, beat and the worker write three lines per sweep (every 5 s) and daphne one per
+    start-up step, which buries the URL and the login of `make run`.
+    """
+    return (os.environ.get("AGENTFAST_LOG_LEVEL") or "WARNING").upper()
+
+
+ANNOUNCE_EVERY_SECONDS = 600.0
+
+
+def _announce(port: int, login: str, *, every: float = ANNOUNCE_EVERY_SECONDS) -> None:
+    """Print the URL and the login once the web answers, and again now and then, so they stay easy to find."""
     health = f"http://127.0.0.1:{port}/healthz"
     while True:
         try:
@@ -174,7 +188,11 @@ def _announce(port: int, login: str) -> None:
                     break
         except OSError:
             time.sleep(0.2)
-    print(f"\n  agentfast is ready on http://localhost:{port}/\n  {login}\n", flush=True)
+    message = f"\n  agentfast is ready on http://localhost:{port}/\n  {login}\n"
+    print(message, flush=True)
+    while every > 0:
+        time.sleep(every)
+        print(message.replace("is ready on", "is still on", 1), flush=True)
 
 
 def dev_login(path: Path) -> str:
@@ -211,12 +229,16 @@ def _write_private(path: Path, content: str) -> None:
 def _serve(args: argparse.Namespace) -> None:
     os.execvp(
         sys.executable,
-        [sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port), "dashboard.asgi:application"],
+        [
+            *(sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port)),
+            *("-v", "1" if log_level() in ("INFO", "DEBUG") else "0"),
+            "dashboard.asgi:application",
+        ],
     )
 
 
 def _worker(args: argparse.Namespace) -> None:
     os.execvp(
         sys.executable,
-        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--loglevel=INFO", *args.extra_args],
+        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", f"--loglevel={log_level()}", *args.extra_args],
     )

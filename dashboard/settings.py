@@ -346,3 +346,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {"agents": {"handlers": ["console"], "level": env.str("AGENTFAST_LOG_LEVEL", default="INFO")}},
 }
+
+# A bearer token for Prometheus' scrape of /metrics (an admin's API token works too).
+AGENTFAST_METRICS_TOKEN = env.str("AGENTFAST_METRICS_TOKEN", default="")
+# The demo model's pause per streamed token, so a run unfolds at a readable pace (`make run` sets it).
+AGENTFAST_DEMO_DELAY_MS = env.float("AGENTFAST_DEMO_DELAY_MS", default=0)

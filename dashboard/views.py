@@ -233,34 +233,63 @@ def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval, st
 @_live_page
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = RunFilter(request.GET)
-    status = filters.cleaned_data["status"] if filters.is_valid() else ""
-    runs = selectors.run_list_with_pending(status=status or None)
+    runs = filters.runs()
+    data = getattr(filters, "cleaned_data", {})
     context = {
         "page": _page(runs, request, RUNS_PAGE_SIZE),
-        "status": status,
+        "filters": filters,
+        "status": data.get("status", ""),
+        "filtered": any(data.get(key) for key in ("q", "status", "agent", "creator", "since", "until")),
         "statuses": Run.Status.choices,
+        "agents": selectors.run_agents(),
+        "creators": selectors.run_creators(),
         "query": _query_without_page(request),
     }
     template = "dashboard/_runs_table.html" if request.htmx else "dashboard/runs.html"
-    return render(request, template, context)
+    # Unreadable search text is refused, clearly, rather than searched for.
+    return render(request, template, context, status=400 if "q" in filters.errors else 200)
+
+
+def _run_or_404(run_id: str) -> Run:
+    if text.problem(run_id) is not None:
+        raise Http404("No such run.")
+    try:
+        return selectors.run_get(run_id)
+    except services.NotFound:
+        raise Http404("No such run.") from None
 
 
 @require_GET
 @reviewer_required
 @_live_page
 def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
-    try:
-        run = selectors.run_get(run_id)
-    except services.NotFound:
-        raise Http404("No such run.") from None
+    return _run_page(request, _run_or_404(run_id))
+
+
+def _run_page(request: HtmxHttpRequest, run: Run, *, cancel_error: str = "") -> HttpResponse:
+    approvals = list(selectors.run_approvals(run))
     context = {
         "run": run,
         "events": selectors.run_events(run),
-        "approvals": selectors.run_approvals(run),
+        "approvals": approvals,
+        "waiting": [approval for approval in approvals if approval.status == Approval.Status.PENDING],
+        "cancel_error": cancel_error,
         "definition": playground.definition(run),  # a run that carries its own agent shows it
     }
     template = "dashboard/_timeline.html" if request.htmx else "dashboard/run.html"
-    return render(request, template, context)
+    return render(request, template, context, status=409 if cancel_error else 200)
+
+
+@require_POST
+@reviewer_required
+def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """Cancel a run that has not ended; one that has ended, or is running a call, says why (409)."""
+    run = _run_or_404(run_id)
+    try:
+        services.run_cancel(run_id=run.id, attempt=attempt_from(request, source=AuditEntry.Source.WEB))
+    except services.WrongState as exc:
+        return _run_page(request, selectors.run_get(run.id), cancel_error=exc.message)
+    return redirect("run", run_id=run.id)
 
 
 # -- audit -------------------------------------------------------------------------------

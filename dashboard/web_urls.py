@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from django.templatetags.static import static
 from django.urls import path
+from django.views.generic import RedirectView
 
-from dashboard import policy_views, views
+from dashboard import insights, metrics, policy_views, views
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
@@ -12,9 +14,13 @@ urlpatterns = [
     path("approvals/<str:approval_id>/decide", views.approval_decide, name="approval-decide"),
     path("runs", views.run_list, name="runs"),
     path("runs/<str:run_id>", views.run_detail, name="run"),
+    path("runs/<str:run_id>/cancel", views.run_cancel, name="run-cancel"),
     path("audit", views.audit, name="audit"),
     path("audit.csv", views.audit_csv, name="audit-csv"),
     path("policy", policy_views.policy_list, name="policy"),
     path("policy/<str:tool>", policy_views.policy_tool, name="policy-tool"),
+    path("insights", insights.insights_page, name="insights"),
+    path("metrics", metrics.metrics_view, name="metrics"),
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.ico"), permanent=True)),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from django.conf import settings
 
 from agents.llm.base import AssistantTurn, DeltaSink, ProposedCall
 
 _ORDER = r"[A-Za-z]\d{3,}"
 _AMOUNT = r"\$?\s*((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d{1,2})?)"  # 5.00, 1500.00 or 1,500.00
-_REFUND = re.compile(rf"\brefund\s+orders?\s+((?:{_ORDER})(?:\s*(?:,|and)\s*{_ORDER})*)\s+for\s+{_AMOUNT}", re.I)
-_EMAIL = re.compile(r"\bemail\s+([^\s@]+@[^\s@]+\.[^\s,]+)\s+that\s+(.+)", re.I | re.S)
-_ASK = re.compile(r"\bask\s+(?:a\s+)?(?:human|person|someone)\s+(.+)", re.I | re.S)
+_REFUND = re.compile(
+    rf"\brefund\s+orders?\s+((?:{_ORDER})(?:\s*(?:,|and)\s*{_ORDER})*)\s+for\s+{_AMOUNT}", re.IGNORECASE
+)
+_EMAIL = re.compile(r"\bemail\s+([^\s@]+@[^\s@]+\.[^\s,]+)\s+that\s+(.+)", re.IGNORECASE | re.DOTALL)
+_ASK = re.compile(r"\bask\s+(?:a\s+)?(?:human|person|someone)\s+(.+)", re.IGNORECASE | re.DOTALL)
 _FEEDBACK_AMOUNT = re.compile(_AMOUNT)
 
 CAPABILITIES = (
@@ -44,9 +49,17 @@ class DemoModel:
     ) -> AssistantTurn:
         turn = _respond(_Conversation(messages))
         if on_delta is not None and turn.content:
+            pause = _token_pause()
             for word in re.findall(r"\S+\s*", turn.content):
                 on_delta(word)
+                if pause:
+                    time.sleep(pause)  # a visible pace: a real model streams a few words at a time
         return turn
+
+
+def _token_pause() -> float:
+    """Return the seconds to wait after each streamed word (AGENTFAST_DEMO_DELAY_MS; 0 in tests and benches)."""
+    return max(float(getattr(settings, "AGENTFAST_DEMO_DELAY_MS", 0) or 0), 0.0) / 1000
 
 
 class _Conversation:

@@ -129,11 +129,11 @@ class _LeaseKeeper:
                 services.run_renew_lease(run_id=run_id, owner=owner)
             except LeaseLost:
                 pass  # finished or suspended meanwhile: given up on purpose
-            except Exception:  # noqa: BLE001 — a missed renewal is retried next round
+            except Exception:
                 logger.warning("could not renew the lease of %s", run_id, exc_info=True)
         try:
             close_old_connections()
-        except Exception:  # noqa: BLE001 — a broken connection is replaced next round
+        except Exception:
             logger.debug("could not close this thread's old connections", exc_info=True)
 
 

@@ -41,7 +41,7 @@ def invoke(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[str
         return ToolCall.Status.FAILED, outputs.error(exc.code, exc.message)
     except InvalidArguments as exc:
         return ToolCall.Status.FAILED, outputs.error("INVALID_ARGUMENTS", exc.message)
-    except Exception as exc:  # noqa: BLE001 — a crashing tool is reported to the model
+    except Exception as exc:
         logger.exception("tool %s failed in %s", tool.name, ctx.run_id)
         return ToolCall.Status.FAILED, outputs.error("TOOL_FAILED", f"{type(exc).__name__}: {exc}")
     return ToolCall.Status.SUCCEEDED, outputs.ok(result, edited_arguments=arguments if ctx.edited else None)

@@ -32,6 +32,7 @@ from agents.services.runs import (
     run_request_resume,
     run_suspend,
 )
+from agents.services.saved_agents import savedagent_save
 from agents.services.steps import (
     PlannedCall,
     message_append,
@@ -73,16 +74,17 @@ __all__ = [
     "run_renew_lease",
     "run_request_resume",
     "run_suspend",
+    "savedagent_save",
     "sideeffect_record",
     "step_open",
+    "token_authenticate",
+    "token_create",
+    "token_revoke",
     "toolcall_ask",
     "toolcall_claim",
     "toolcall_finish",
     "toolcall_mark_in_doubt",
     "toolcall_record_result",
-    "token_authenticate",
-    "token_create",
-    "token_revoke",
     "user_create",
     "user_set_groups",
     "user_set_password",

@@ -60,6 +60,7 @@
       driving: false,
       approvals: {}, // approval id -> {mode, status, card}
       cards: {}, // call id -> the element showing that call
+      deferred: {}, // call id -> true: an approved deferred call whose result has not arrived
       streaming: null, // the assistant bubble tokens go to
       controller: function () {
         var controller = new AbortController();
@@ -206,17 +207,20 @@
     tool_result: function (data) {
       var card = view.cards[data.call_id] || add(toolCard({ tool: data.tool, call_id: data.call_id }));
       showResult(card, data.output);
+      if (data.deferred) delete view.deferred[data.call_id];
     },
     approval_required: function (data) {
       view.streaming = null;
       var card = add(approvalCard(data));
       view.cards[data.call_id] = card;
-      view.approvals[data.approval_id] = { mode: data.mode, status: "pending", card: card };
+      view.approvals[data.approval_id] = { mode: data.mode, status: "pending", card: card, callId: data.call_id };
       if (data.run_status) setStatus(data.run_status);
     },
     approval_decided: function (data) {
       var approval = view.approvals[data.approval_id];
       if (approval) decided(approval, data.decision, data.decided_by, data.note);
+      if (approval && data.edited) showEdits(approval.card, data.approval_id);
+      if (approval && approval.mode === "defer" && data.decision === "approved") view.deferred[approval.callId] = true;
       maybeResume();
     },
     run_status: function (data) {
@@ -232,6 +236,7 @@
       view.driving = false;
       setStatus(data.status);
       maybeResume();
+      followDeferred(view);
     },
     error: function (data) {
       problem(data.message);
@@ -328,6 +333,11 @@
     var approval = view.approvals[data.approval_id];
     if (response.ok) {
       decided(approval, answer.status, answer.decided_by, answer.note);
+      if (body.arguments && approval) showEdits(approval.card, data.approval_id);
+      if (approval && approval.mode === "defer" && answer.status === "approved") {
+        view.deferred[approval.callId] = true;
+        followDeferred(view);
+      }
       return maybeResume();
     }
     if (answer.approval) {
@@ -347,6 +357,39 @@
     }
   }
 
+  // An approved deferred call runs in a worker after the stream ended: follow the run until its result arrives.
+  function followDeferred(current) {
+    if (!Object.keys(current.deferred).length) return;
+    setTimeout(function () {
+      if (current === view && !current.driving && Object.keys(current.deferred).length) watch(current);
+    }, 1500);
+  }
+
+  // Show what a reviewer changed: each edited argument as old → new.
+  function showEdits(card, approvalId) {
+    fetch("/api/approvals/" + encodeURIComponent(approvalId), { credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (approval) {
+        if (!approval || !approval.edited_arguments) return;
+        var before = approval.arguments || {};
+        var after = approval.edited_arguments;
+        var list = el("ul", "pg-edits");
+        Object.keys(Object.assign({}, before, after)).forEach(function (key) {
+          var old = JSON.stringify(before[key]);
+          var now = JSON.stringify(after[key]);
+          if (old === now) return;
+          var item = el("li");
+          item.append(el("code", null, key), ": ", el("del", null, old === undefined ? "(none)" : old), " → ", el("ins", null, now === undefined ? "(removed)" : now));
+          list.appendChild(item);
+        });
+        var old = card.querySelector(".pg-edits-box");
+        if (old) old.remove();
+        var box = el("div", "pg-edits-box");
+        box.append(el("p", "pg-edits-title", "Approved with edits:"), list);
+        card.querySelector(".pg-args").after(box);
+      });
+  }
+
   function decided(approval, status, by, note) {
     if (!approval) return;
     approval.status = status;
@@ -364,14 +407,14 @@
 
   // -- starting a run -------------------------------------------------------------------
 
-  function remember(run) {
+  function remember(run, agentLabel) {
     var empty = historyList.querySelector(".pg-none");
     if (empty) empty.remove();
     var item = el("li");
     item.dataset.runId = run.id;
     var link = el("a", null, run.input.length > 60 ? run.input.slice(0, 59) + "…" : run.input);
     link.href = "?run=" + encodeURIComponent(run.id);
-    item.append(link, " ", el("span", "badge status-" + run.status, run.status), " ", el("span", "muted", run.agent));
+    item.append(link, " ", el("span", "badge status-" + run.status, run.status), " ", el("span", "muted", agentLabel || run.agent));
     historyList.prepend(item);
   }
 
@@ -389,7 +432,7 @@
         error.hidden = false;
         return;
       }
-      remember(answer.run);
+      remember(answer.run, answer.agent_label);
       showRun(answer.run);
       drive();
     } finally {

@@ -264,7 +264,7 @@ def test_it_streams_every_runs_approval_events_with_event_pks_as_ids(server: str
     )
     assert [required.id, decided.id] == pks
     assert (required.data["run_id"], decided.data["data"]["decision"]) == (first.id, "rejected")
-    second = flows.start("Refund order A1002 for 5.00 USD")  # while nobody listens
+    second = flows.start("Refund order A1002 for 15.00 USD")  # while nobody listens
     with stream(f"{server}/api/events", token, **{"Last-Event-ID": str(decided.id)}) as feed:
         missed = stored(feed.until(is_live))
     assert [(f.event, f.data["run_id"]) for f in missed] == [("approval_required", second.id)]

@@ -1,15 +1,21 @@
-"""Runs: the list with its status filter, and one run's timeline."""
+"""Runs: the list with its search and filters, one run's summary, timeline and Cancel."""
 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
+from django.utils import timezone
+
+from agents import services
+from agents.models import AuditEntry, Run
+from dashboard import playground
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, resume, start
 
 
 def run_ids(html: str) -> list[str]:
-    return re.findall(r'<td><a href="/runs/([^"]+)">', html)
+    return re.findall(r'<tr class="run-row status-\w+" data-run-id="([^"]+)">', html)
 
 
 def test_it_lists_runs_newest_first_with_what_waits(client_for, alice):
@@ -28,7 +34,7 @@ def test_it_filters_runs_by_status(client_for, alice):
     assert run_ids(client.get("/runs?status=suspended").content.decode()) == [suspended.id]
     assert run_ids(client.get("/runs?status=completed").content.decode()) == [completed.id]
     empty = client.get("/runs?status=failed").content.decode()
-    assert run_ids(empty) == [] and "No failed runs." in empty
+    assert run_ids(empty) == [] and "No failed runs match these filters." in empty
     assert run_ids(client.get("/runs?status=bogus").content.decode()) == [suspended.id, completed.id][::-1]
 
 
@@ -74,3 +80,118 @@ def test_it_keeps_the_timeline_fragment_out_of_the_cache_of_the_run_url(client_f
 
 def test_it_answers_404_for_an_unknown_run(client_for, alice):
     assert client_for(alice).get("/runs/run_nope").status_code == 404
+
+
+COMPOSED = {"description": "Composed in the playground.", "model": "demo", "system_prompt": "", "tools": ["send_email"]}
+
+
+def queued(prompt: str, *, composed: bool = False, by: str = "bob") -> Run:
+    agent, config = (playground.composed_name(COMPOSED), COMPOSED) if composed else ("support", None)
+    return services.run_create(agent=agent, agent_config=config, input=prompt, created_by=by, enqueue=False)
+
+
+def test_it_links_each_run_by_its_prompt_with_a_short_id(client_for, alice):
+    run = queued("Refund order A1001 for 25.00 USD")
+
+    html = client_for(alice).get("/runs").content.decode()
+
+    assert f'<a class="run-link" href="/runs/{run.id}">Refund order A1001 for 25.00 USD</a>' in html
+    assert f"…{run.id[-8:]}</code>" in html
+
+
+def test_it_searches_prompts_and_filters_by_agent_creator_and_date(client_for, alice):
+    refund = queued("Refund order A1001 for 25.00 USD", by="bob")
+    email = queued("Email bob@example.com that it shipped", composed=True, by="carol")
+    client = client_for(alice)
+
+    assert run_ids(client.get("/runs?q=a1001").content.decode()) == [refund.id]
+    assert run_ids(client.get(f"/runs?q={email.id[-8:]}").content.decode()) == [email.id]
+    assert run_ids(client.get(f"/runs?agent={email.agent}").content.decode()) == [email.id]
+    assert run_ids(client.get("/runs?creator=bob").content.decode()) == [refund.id]
+    today = timezone.localdate()
+    assert run_ids(client.get(f"/runs?since={today}&until={today}").content.decode()) == [email.id, refund.id]
+    assert run_ids(client.get(f"/runs?since={today + timedelta(days=1)}").content.decode()) == []
+    assert run_ids(client.get(f"/runs?q=a1001&agent={email.agent}").content.decode()) == []
+
+
+def test_it_names_a_composed_agent_by_its_tools_and_model(client_for, alice):
+    queued("hello", composed=True)
+
+    html = client_for(alice).get("/runs").content.decode()
+
+    assert "<td>composed: send_email · demo</td>" in html
+
+
+def test_it_refuses_a_search_with_unreadable_text(client_for, alice):
+    queued("hello")
+
+    response = client_for(alice).get("/runs?q=a%00b")
+
+    assert response.status_code == 400 and "search" in response.content.decode()
+    assert run_ids(response.content.decode()) == []
+
+
+def test_it_shows_failed_runs_in_red_with_their_error_and_duration(client_for, alice):
+    run = queued("hello")
+    services.run_fail(run_id=run.id, owner=None, error="the model endpoint refused the key")
+
+    html = client_for(alice).get("/runs").content.decode()
+
+    assert f'<tr class="run-row status-failed" data-run-id="{run.id}">' in html
+    assert '<span class="error-text">the model endpoint refused the key</span>' in html
+    assert re.search(r'<td class="nowrap duration">[\d.]+ (ms|s)</td>', html)
+
+
+def test_it_opens_a_run_with_its_summary_and_the_pending_approval_as_a_button(client_for, alice, paused):
+    [approval] = pending(paused)
+
+    html = client_for(alice).get(f"/runs/{paused.id}").content.decode()
+
+    summary = html[html.index('id="run-summary"') : html.index("<h2>Prompt</h2>")]
+    assert "suspended" in summary and "1, 1 waiting" in summary
+    assert f'<a class="button primary" href="/approvals/{approval.id}">Decide refund_request · waiting' in summary
+    assert f'action="/runs/{paused.id}/cancel"' in summary and "csrfmiddlewaretoken" in summary
+
+
+def test_it_labels_a_reviewers_note_and_feedback_as_the_reviewers(client_for, alice, paused):
+    [approval] = pending(paused)
+    decide(approval, "rejected", by="alice", note="too much", feedback="Refund 10.00 instead")
+
+    html = client_for(alice).get(f"/runs/{paused.id}").content.decode()
+
+    assert "alice’s note:</span> too much" in html
+    assert "Feedback from reviewer alice (sent to the model):</span> Refund 10.00 instead" in html
+    assert re.search(r"waited [\d.]+ (ms|s) for alice", html)
+
+
+def test_it_cancels_a_run_from_its_page_and_audits_who(client_for, alice, paused):
+    client = client_for(alice)
+
+    response = client.post(f"/runs/{paused.id}/cancel")
+
+    assert response.status_code == 302 and response["Location"] == f"/runs/{paused.id}"
+    paused.refresh_from_db()
+    assert paused.status == Run.Status.CANCELLED
+    entry = AuditEntry.objects.filter(run_id=paused.id, action="cancelled").get()
+    assert (entry.actor, entry.source) == ("alice", "web")
+    assert "Cancel run" not in client.get(f"/runs/{paused.id}").content.decode()
+
+
+def test_it_says_why_an_ended_run_cannot_be_cancelled(client_for, alice):
+    run = start("hello")
+
+    response = client_for(alice).post(f"/runs/{run.id}/cancel")
+
+    assert response.status_code == 409
+    assert "Not cancelled: run" in response.content.decode() and "completed" in response.content.decode()
+
+
+def test_it_cancels_only_with_a_csrf_token(alice, paused):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+
+    assert client.post(f"/runs/{paused.id}/cancel").status_code == 403
+    paused.refresh_from_db()
+    assert paused.status == Run.Status.SUSPENDED

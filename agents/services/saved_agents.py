@@ -1,0 +1,30 @@
+"""Agents composed in the playground and kept under a name by the person who composed them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from agents import text
+from agents.models import SavedAgent
+from agents.services.errors import InvalidInput
+
+MAX_NAME_CHARS = 80
+
+
+def savedagent_save(*, owner: User, name: str, definition: dict[str, Any]) -> SavedAgent:
+    """Save a composed agent under a name; saving a name again replaces its definition (the owner's own)."""
+    name = " ".join(str(name).split())
+    if not name:
+        raise InvalidInput("name the agent to save it", field="name")
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidInput(f"a name has at most {MAX_NAME_CHARS} characters", field="name")
+    try:
+        text.require_clean(name, field="name")
+    except text.UnsafeText as exc:
+        raise InvalidInput(str(exc), field="name") from None
+    with transaction.atomic():
+        saved, _ = SavedAgent.objects.update_or_create(owner=owner, name=name, defaults={"definition": definition})
+    return saved

@@ -1,0 +1,62 @@
+"""Prometheus /metrics: who may scrape it, and the figures it reads from the database."""
+
+from __future__ import annotations
+
+from django.test import Client
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.parser import text_string_to_metric_families
+
+from agents import services
+from dashboard import metrics
+from tests.dashboard.conftest import REFUND
+from tests.support.flows import decide, pending, start
+
+
+def scrape(token: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = Client().get("/metrics", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200, response.content
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def test_it_refuses_a_scrape_without_an_admins_token_or_the_metrics_token(alice, carol, settings):
+    settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
+    _, reviewer_token = services.token_create(username="alice")
+
+    assert Client().get("/metrics").status_code == 401
+    assert Client().get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert Client().get("/metrics", headers={"Authorization": f"Bearer {reviewer_token}"}).status_code == 403
+    signed_in = Client()
+    signed_in.force_login(carol)
+    assert signed_in.get("/metrics").status_code == 401  # a scraper has no session: tokens only
+
+
+def test_it_serves_pending_runs_and_decision_latency_from_the_rows(carol, settings):
+    settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
+    first, second = start(REFUND), start(REFUND)
+    decide(pending(first)[0], "approved", by="alice")
+    start("hello")
+    _, admin_token = services.token_create(username="carol")
+
+    for token in ("s3cret-scrape", admin_token):
+        samples = scrape(token)
+        assert samples[("agentfast_pending_approvals", ())] == 1
+        assert samples[("agentfast_runs", (("status", "suspended"),))] == 2
+        assert samples[("agentfast_runs", (("status", "completed"),))] == 1
+        assert samples[("agentfast_runs", (("status", "failed"),))] == 0
+        assert samples[("agentfast_decision_latency_seconds_count", (("tool", "refund_request"),))] == 1
+        assert samples[("agentfast_decision_latency_seconds_bucket", (("le", "+Inf"), ("tool", "refund_request")))] == 1
+        assert samples[("agentfast_notification_failures_total", ())] == 0
+    assert second.status == "suspended"
+
+
+def test_it_lets_another_module_add_or_replace_a_figure(carol, settings, monkeypatch):
+    settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
+    monkeypatch.setattr(metrics, "_collectors", dict(metrics._collectors))
+
+    metrics.register("widgets", lambda: [GaugeMetricFamily("agentfast_widgets", "Widgets.", value=7)])
+
+    assert scrape("s3cret-scrape")[("agentfast_widgets", ())] == 7
