@@ -7,8 +7,9 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
 
-from agents.models import ApiToken, Approval, AuditEntry, Message, Run, RunEvent, SideEffect
+from agents.models import ApiToken, Approval, AuditEntry, Grant, Message, Run, RunEvent, SideEffect
 from agents.services.errors import NotFound
 
 # The events the cross-run approval feed carries.
@@ -184,3 +185,37 @@ def user_get_active(user_id: int) -> User | None:
 def token_is_live(token_id: int) -> bool:
     """Return whether an API token exists and is not revoked."""
     return ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).exists()
+
+
+def grant_list(*, include_ended: bool = False) -> QuerySet[Grant]:
+    """Return standing grants, newest first; live ones only unless asked for every one."""
+    grants = Grant.objects.order_by("-created_at", "id")
+    if include_ended:
+        return grants
+    return grants.filter(expires_at__gt=timezone.now(), revoked_at__isnull=True)
+
+
+def grant_state(grant: Grant) -> str:
+    """Return live, expired or revoked."""
+    if grant.revoked_at is not None:
+        return "revoked"
+    return "live" if grant.expires_at > timezone.now() else "expired"
+
+
+def grant_as_json(grant: Grant) -> dict[str, Any]:
+    """Return what `grants list --json` prints of a grant."""
+    when = {name: getattr(grant, name) for name in ("created_at", "expires_at", "revoked_at", "last_used_at")}
+    return {
+        "id": grant.id,
+        "decision": grant.decision,
+        "scope": grant.scope,
+        "tool": grant.tool,
+        "agent": grant.agent,
+        "arguments_digest": grant.arguments_digest or None,
+        "created_by": grant.created_by,
+        "approval_id": grant.approval_id,
+        **{name: value.isoformat() if value else None for name, value in when.items()},
+        "revoked_by": grant.revoked_by or None,
+        "uses": grant.uses,
+        "state": grant_state(grant),
+    }

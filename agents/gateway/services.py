@@ -234,7 +234,7 @@ def _answer(owner: str, call: ToolCall) -> GateAnswer:
         decision, reason, rule = "pending", "", approval.rule
     elif approval.status == Approval.Status.APPROVED:
         decision, reason, rule = "allowed", approval.note, approval.rule
-    elif approval.decided_by.startswith("policy:"):
+    elif approval.decided_by.startswith(("policy:", "grant:")):
         decision, reason, rule = "denied", approval.note, approval.rule
     else:
         decision, reason, rule = approval.status, approval.note, approval.rule
