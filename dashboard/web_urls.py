@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard import policy_views, views
+from dashboard import grant_views, policy_views, views
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
@@ -16,5 +16,7 @@ urlpatterns = [
     path("audit.csv", views.audit_csv, name="audit-csv"),
     path("policy", policy_views.policy_list, name="policy"),
     path("policy/<str:tool>", policy_views.policy_tool, name="policy-tool"),
+    path("grants", grant_views.grant_list, name="grants"),
+    path("grants/<str:grant_id>/revoke", grant_views.grant_revoke, name="grant-revoke"),
     path("healthz", views.healthz, name="healthz"),
 ]

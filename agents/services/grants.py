@@ -76,6 +76,8 @@ def refusal(*, approval: Approval, decision: str, decider: str) -> str | None:
     reason = eligibility.refusal(user, approval)
     if reason is not None:
         return reason
+    if approval.request is not None:
+        return f"{approval.tool} asked a question: each answer is a person's, it cannot be remembered"
     tool = _tool_policy_of(approval)
     if tool is None or not tool.grants:
         return f"decisions on {approval.tool} cannot be remembered (grants: false)"
