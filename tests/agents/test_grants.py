@@ -273,3 +273,42 @@ def test_it_refuses_a_bad_remember_flag_on_the_command_line_and_decides_nothing(
     assert "not a duration" in err and len(err.strip().splitlines()) == 1
     first.refresh_from_db()
     assert first.status == Approval.Status.PENDING
+
+
+# -- the external gate -------------------------------------------------------------------
+
+GATE_POLICY = """
+agents:
+  support: {tools: [lookup_order]}
+tool_overrides:
+  wire_money: {risk: high}
+"""
+
+
+def _gate(owner: str, call_id: str, **arguments: object) -> object:
+    from agents.gateway import services as gateway
+
+    request = gateway.GateRequest(
+        agent="billing", session="s1", call_id=call_id, tool="wire_money", arguments=arguments
+    )
+    return gateway.gate_call(owner=owner, request=request)
+
+
+def test_it_lets_a_grant_decide_an_external_agents_call(agent_config, alice, bob):
+    agent_config(GATE_POLICY)
+    robot = services.user_create(username="robot", role="agent")[0].username
+    first = _gate(robot, "c1", cents=2000)
+    flows.decide(first.approval_id, "approved", by="alice", remember=HOUR)
+    second = _gate(robot, "c2", cents=3000)
+    flows.decide(second.approval_id, "rejected", by="bob", remember=HOUR)
+
+    allowed, denied, other = _gate(robot, "c3", cents=2000), _gate(robot, "c4", cents=3000), _gate(robot, "c5", cents=1)
+
+    approve_grant, reject_grant = Grant.objects.get(created_by="alice"), Grant.objects.get(created_by="bob")
+    assert (allowed.decision, Approval.objects.get(pk=allowed.approval_id).decided_by) == (
+        "allowed",
+        f"grant:{approve_grant.id}",
+    )
+    assert denied.decision == "denied" and "a remembered rejection by bob" in denied.reason
+    assert other.decision == "pending"
+    assert (approve_grant.uses, reject_grant.uses) == (1, 1)
