@@ -86,7 +86,7 @@ class DecisionForm(forms.Form):
 
     def add_service_error(self, field: str, message: str) -> None:
         """Attach a service's InvalidInput to the field it names (`arguments.amount_cents` → arguments)."""
-        name = field.split(".", 1)[0].replace("remember.for_seconds", "remember").replace("remember.scope", "remember")
+        name = field.split(".", 1)[0]
         self.add_error(name if name in self.fields else None, message)
 
 

@@ -23,7 +23,7 @@ from django.utils import timezone
 from agents import text
 from agents.models import Approval, AuditEntry, Grant, arguments_digest
 from agents.policy.config import ConfigError, ToolPolicy, agent_for, get_policy
-from agents.policy.rules import CallFacts, GrantMatch, Verdict
+from agents.policy.rules import CallFacts, GrantMatch, Verdict, _holds
 from agents.services import eligibility
 from agents.services.audit import audit_append
 from agents.services.errors import InvalidInput, NotFound, NotPermitted
@@ -186,8 +186,8 @@ def grant_match(facts: CallFacts, tool: ToolPolicy) -> GrantMatch | None:
     )
     for grant in candidates:
         if _still_authorized(grant, facts, tool):
-            action = "allow" if grant.decision == Approval.Status.APPROVED else "deny"
-            return GrantMatch(id=grant.id, action=action, reason=_reason(grant))
+            approved = grant.decision == Approval.Status.APPROVED
+            return GrantMatch(id=grant.id, action="allow" if approved else "deny", reason=_reason(grant))
     return None
 
 
@@ -219,8 +219,6 @@ def _still_authorized(grant: Grant, facts: CallFacts, tool: ToolPolicy) -> bool:
 
 def _asked(facts: CallFacts, tool: ToolPolicy) -> tuple[tuple[str, ...], int]:
     """Return who the policy would ask for this call, and how many: the first matching ask rule, else the tool's."""
-    from agents.policy.rules import _holds
-
     variables = facts.variables()
     for rule in (r for r in tool.rules if r.action == "ask"):
         held, problem = _holds(rule, variables)

@@ -71,7 +71,7 @@ def test_it_still_asks_for_other_arguments_under_an_exact_grant(alice):
     _, first = _asked("Refund order A1001 for 25.00 USD")
     flows.decide(first, "approved", remember=HOUR)
 
-    run, other = _asked("Refund order A1002 for 25.00 USD")
+    _, other = _asked("Refund order A1002 for 25.00 USD")
 
     assert other.tool == "refund_request" and other.status == Approval.Status.PENDING
     assert Grant.objects.get().uses == 0
