@@ -370,5 +370,35 @@ class SavedAgent(models.Model):
         return f"{self.name} ({self.owner})"
 
 
+class Grant(models.Model):
+    """A remembered decision (a standing grant): calls it matches are decided by it, nobody is asked."""
+
+    class Scope(models.TextChoices):
+        EXACT = "exact"  # these exact arguments
+        TOOL = "tool"  # any arguments of this tool from this agent
+
+    id = models.CharField(primary_key=True, max_length=20, editable=False)
+    created_by = models.CharField(max_length=150)  # a username, from authentication
+    decision = models.CharField(max_length=10)  # approved or rejected (Approval.Status)
+    scope = models.CharField(max_length=10, choices=Scope.choices)
+    tool = models.CharField(max_length=100)
+    agent = models.CharField(max_length=100)
+    arguments_digest = models.CharField(max_length=64, blank=True)  # scope exact only
+    approval_id = models.CharField(max_length=200, blank=True)  # the decision it remembers
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=150, blank=True)
+    uses = models.PositiveIntegerField(default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        indexes = [models.Index(fields=["tool", "agent", "expires_at"], name="grant_lookup")]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.decision} {self.tool} ({self.scope})"
+
+
 # Notification deliveries live with their channels; imported here so Django sees them as this app's models.
 from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink, SlackLink, SlackRequest  # noqa: E402, F401

@@ -108,11 +108,17 @@ class Decision(ApprovalDetail):
 
     outcome: Literal["decided", "voted", "idempotent"]
     resume_enqueued: bool
+    grant_id: str | None = None  # the standing grant the decision created (`remember`)
 
     @classmethod
-    def of_decision(cls, approval: Approval, *, outcome: str, resume_enqueued: bool) -> Self:
+    def of_decision(cls, approval: Approval, *, outcome: str, resume_enqueued: bool, grant_id: str = "") -> Self:
         return cls.model_validate(
-            {**_approval_detail(approval), "outcome": outcome, "resume_enqueued": resume_enqueued}
+            {
+                **_approval_detail(approval),
+                "outcome": outcome,
+                "resume_enqueued": resume_enqueued,
+                "grant_id": grant_id or None,
+            }
         )
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
 
-from agents.models import ApiToken, Approval, AuditEntry, Message, Run, RunEvent, SavedAgent, SideEffect
+from agents.models import ApiToken, Approval, AuditEntry, Grant, Message, Run, RunEvent, SavedAgent, SideEffect
 from agents.services.errors import NotFound
 
 # The events the cross-run approval feed carries.
@@ -267,3 +268,39 @@ def saved_agent_get(*, owner_id: int, saved_id: int) -> SavedAgent:
         return SavedAgent.objects.get(owner_id=owner_id, pk=saved_id)
     except SavedAgent.DoesNotExist:
         raise NotFound(f"no saved agent {saved_id}") from None
+
+
+
+
+def grant_list(*, include_ended: bool = False) -> QuerySet[Grant]:
+    """Return standing grants, newest first; live ones only unless asked for every one."""
+    grants = Grant.objects.order_by("-created_at", "id")
+    if include_ended:
+        return grants
+    return grants.filter(expires_at__gt=timezone.now(), revoked_at__isnull=True)
+
+
+def grant_state(grant: Grant) -> str:
+    """Return live, expired or revoked."""
+    if grant.revoked_at is not None:
+        return "revoked"
+    return "live" if grant.expires_at > timezone.now() else "expired"
+
+
+def grant_as_json(grant: Grant) -> dict[str, Any]:
+    """Return what `grants list --json` prints of a grant."""
+    when = {name: getattr(grant, name) for name in ("created_at", "expires_at", "revoked_at", "last_used_at")}
+    return {
+        "id": grant.id,
+        "decision": grant.decision,
+        "scope": grant.scope,
+        "tool": grant.tool,
+        "agent": grant.agent,
+        "arguments_digest": grant.arguments_digest or None,
+        "created_by": grant.created_by,
+        "approval_id": grant.approval_id,
+        **{name: value.isoformat() if value else None for name, value in when.items()},
+        "revoked_by": grant.revoked_by or None,
+        "uses": grant.uses,
+        "state": grant_state(grant),
+    }

@@ -282,9 +282,13 @@ def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> sc
         payload=body.payload,
         auto_resume=body.auto_resume,
         expect_digest=body.expect_digest or "",
+        remember=services.Remember.of(body.remember.scope, body.remember.for_seconds) if body.remember else None,
     )
     approval = selectors.approval_get(decision.approval.id)
-    return schemas.Decision.of_decision(approval, outcome=decision.outcome, resume_enqueued=decision.resume_enqueued)
+    grant_id = decision.grant.id if decision.grant else ""
+    return schemas.Decision.of_decision(
+        approval, outcome=decision.outcome, resume_enqueued=decision.resume_enqueued, grant_id=grant_id
+    )
 
 
 @api.get(

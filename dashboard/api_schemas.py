@@ -14,6 +14,8 @@ from pydantic import AfterValidator, ConfigDict, Field
 
 from agents.schemas import ApprovalDetail
 from agents.services.approvals import MAX_TEXT_CHARS
+from agents.services.grants import MAX_SECONDS as MAX_GRANT_SECONDS
+from agents.services.grants import MIN_SECONDS as MIN_GRANT_SECONDS
 from agents.services.runs import MAX_INPUT_CHARS
 
 
@@ -53,6 +55,13 @@ class RunCreateIn(_Strict):
     auto_resume: bool = Field(True, description="Resume in a worker once its approvals are decided")
 
 
+class RememberIn(_Strict):
+    scope: Literal["exact", "tool"] = Field(
+        description="exact: these arguments only; tool: any arguments of this tool from this agent"
+    )
+    for_seconds: Annotated[int, Field(strict=True, ge=MIN_GRANT_SECONDS, le=MAX_GRANT_SECONDS)]
+
+
 class DecideIn(_Strict):
     decision: Literal["approved", "rejected"]
     note: Annotated[
@@ -75,6 +84,11 @@ class DecideIn(_Strict):
         None,
         description="The arguments_digest you saw (whole, or its first 12 hex digits): "
         "refused with 409 if the arguments changed since",
+    )
+    remember: RememberIn | None = Field(
+        None,
+        description="Also decide this agent's matching calls for a while (a standing grant); "
+        "403 if you could not have decided alone",
     )
 
 

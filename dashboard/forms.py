@@ -14,6 +14,13 @@ from agents import text as agents_text
 from agents.models import Approval, AuditEntry, Run
 from agents.services import eligibility
 from agents.services.approvals import MAX_TEXT_CHARS
+from agents.services.grants import Remember
+
+REMEMBER_FOR = [("3600", "for 1 h"), ("28800", "for 8 h"), ("86400", "for 24 h")]
+REMEMBER_SCOPES = [
+    ("exact", "for these exact arguments"),
+    ("tool", "for any arguments of this tool from this agent"),
+]
 
 
 class DecisionForm(forms.Form):
@@ -27,6 +34,9 @@ class DecisionForm(forms.Form):
     answer = forms.CharField(required=False, max_length=MAX_TEXT_CHARS)
     # The digest of the arguments the reviewer saw: the decision is refused (409) if they changed.
     expect_digest = forms.RegexField(required=False, regex=r"^[0-9a-fA-F]{12,64}$")
+    # "Approve (or reject) and remember": a standing grant for this long, for these arguments or the whole tool.
+    remember = forms.ChoiceField(required=False, choices=[("", "Don't remember"), *REMEMBER_FOR])
+    remember_scope = forms.ChoiceField(required=False, choices=REMEMBER_SCOPES)
 
     def __init__(self, *args: Any, approval: Approval, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -66,6 +76,13 @@ class DecisionForm(forms.Form):
         if self.approval.request is None or self.cleaned_data["decision"] != Approval.Status.APPROVED or not answer:
             return None
         return {"answer": answer}
+
+    def remembered(self) -> Remember | None:
+        """Return what the reviewer asked to remember, or None."""
+        chosen = self.cleaned_data.get("remember") or ""
+        if not chosen:
+            return None
+        return Remember.of(self.cleaned_data.get("remember_scope") or "exact", int(chosen))
 
     def add_service_error(self, field: str, message: str) -> None:
         """Attach a service's InvalidInput to the field it names (`arguments.amount_cents` → arguments)."""

@@ -212,6 +212,7 @@ def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval, st
             arguments=form.edited_arguments(),
             payload=form.payload(),
             expect_digest=data["expect_digest"],
+            remember=form.remembered(),
         )
     except (services.AlreadyDecided, services.WrongState):
         return 409, selectors.approval_get(form.approval.id), ""

@@ -6,7 +6,7 @@ from django.templatetags.static import static
 from django.urls import path
 from django.views.generic import RedirectView
 
-from dashboard import insights, metrics, policy_views, views
+from dashboard import grant_views, insights, metrics, policy_views, views
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
@@ -22,5 +22,7 @@ urlpatterns = [
     path("insights", insights.insights_page, name="insights"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("favicon.ico", RedirectView.as_view(url=static("favicon.ico"), permanent=True)),
+    path("grants", grant_views.grant_list, name="grants"),
+    path("grants/<str:grant_id>/revoke", grant_views.grant_revoke, name="grant-revoke"),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -9,6 +9,7 @@ from agents.cli.output import ago, attempt, command, compact, echo, indent, json
 
 APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired", "all")
 _EXPECT_HELP = "the arguments digest you reviewed (`approvals show`); refused if the arguments changed since"
+_REMEMBER_HELP = "also decide this agent's matching calls for this long (30m, 1h, 8h, 24h, up to 7d): a standing grant"
 _BY_HELP = "who decides; when the call names approvers or four eyes, an existing user allowed to decide it"
 
 
@@ -32,6 +33,7 @@ def register(groups: Any) -> None:
     approve.add_argument("--answer", help="shorthand for --payload '{\"answer\": TEXT}'")
     approve.add_argument("--no-resume", action="store_true", help="leave the resume to the caller")
     approve.add_argument("--expect-digest", default="", help=_EXPECT_HELP)
+    _remember_flags(approve)
     reject = command(actions, "reject", _reject, "reject a call; the model reads the note", json_flag=True)
     reject.add_argument("id")
     reject.add_argument("--by", required=True, help=_BY_HELP)
@@ -39,6 +41,17 @@ def register(groups: Any) -> None:
     reject.add_argument("--feedback", default="", help="a message for the model to revise its call with")
     reject.add_argument("--no-resume", action="store_true", help="leave the resume to the caller")
     reject.add_argument("--expect-digest", default="", help=_EXPECT_HELP)
+    _remember_flags(reject)
+
+
+def _remember_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--remember", metavar="DURATION", help=_REMEMBER_HELP)
+    parser.add_argument(
+        "--remember-scope",
+        choices=("exact", "tool"),
+        default="exact",
+        help="exact: these arguments only (default); tool: any arguments of this tool from this agent",
+    )
 
 
 def _list(args: argparse.Namespace) -> None:
@@ -103,11 +116,15 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
         note=args.note,
         auto_resume=False if args.no_resume else None,
         expect_digest=args.expect_digest,
+        remember=_remember(args),
         **fields,
     )
     approval = selectors.approval_get(result.approval.id)
     if args.json:
-        shape = schemas.Decision.of_decision(approval, outcome=result.outcome, resume_enqueued=result.resume_enqueued)
+        grant_id = result.grant.id if result.grant else ""
+        shape = schemas.Decision.of_decision(
+            approval, outcome=result.outcome, resume_enqueued=result.resume_enqueued, grant_id=grant_id
+        )
         return print_json(shape.as_json())
     if result.outcome == "voted":
         echo(
@@ -122,6 +139,9 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
         echo(f"{approval.id} was already {approval.status} by {approval.decided_by}; nothing changed.")
         return None
     echo(f"{decision.capitalize()} {approval.id} ({approval.tool}) as {approval.decided_by}.")
+    if result.grant is not None:
+        what = "these exact arguments" if result.grant.scope == "exact" else f"any {approval.tool} call of this agent"
+        echo(f"Remembered as grant {result.grant.id} for {what}, until {result.grant.expires_at:%Y-%m-%d %H:%M} UTC.")
     if result.resume_enqueued or approval.mode == "defer":
         reachable, url = queue.broker_reachable()
         if not reachable:
@@ -135,3 +155,12 @@ def _decide(args: argparse.Namespace, decision: str, **fields: Any) -> None:
     elif approval.mode == "suspend" and not args.no_resume:
         echo("The run resumes once its other pending approvals are decided.")
     return None
+
+
+def _remember(args: argparse.Namespace) -> Any:
+    """Return the validated --remember request, or None."""
+    from agents import services
+
+    if args.remember is None:
+        return None
+    return services.Remember.of(args.remember_scope, services.parse_duration(args.remember))

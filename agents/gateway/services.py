@@ -26,6 +26,7 @@ from agents.models import Approval, Run, RunEvent, ToolCall
 from agents.policy import get_policy
 from agents.policy.rules import CallFacts, Verdict, evaluate
 from agents.services.errors import InvalidInput, ServiceError
+from agents.services.grants import grant_match
 from agents.services.steps import (
     PlannedCall,
     _approval,
@@ -114,7 +115,7 @@ def gate_call(*, owner: str, request: GateRequest) -> GateAnswer:
         run={"id": run.id, "agent": run.agent, "created_by": owner, "input": run.input},
         now=timezone.now(),
     )
-    verdict = evaluate(get_policy(), facts)
+    verdict = evaluate(get_policy(), facts, grant_lookup=grant_match)
     try:
         with transaction.atomic():
             _record(run, call_id, request, verdict)
@@ -234,7 +235,7 @@ def _answer(owner: str, call: ToolCall) -> GateAnswer:
         decision, reason, rule = "pending", "", approval.rule
     elif approval.status == Approval.Status.APPROVED:
         decision, reason, rule = "allowed", approval.note, approval.rule
-    elif approval.decided_by.startswith("policy:"):
+    elif approval.decided_by.startswith(("policy:", "grant:")):
         decision, reason, rule = "denied", approval.note, approval.rule
     else:
         decision, reason, rule = approval.status, approval.note, approval.rule

@@ -32,6 +32,7 @@ from agents.policy.rules import CallFacts, Verdict, evaluate
 from agents.runtime import execution, outputs
 from agents.runtime.history import model_messages
 from agents.services import LeaseLost, PlannedCall
+from agents.services.grants import grant_match
 from agents.tools import FeedbackRequired, InvalidArguments, Tool, ToolError, registry
 
 logger = logging.getLogger(__name__)
@@ -315,7 +316,7 @@ class _Driver:
         """Return what agentfast.yaml says about this call of this run."""
         run = {"id": self.run.id, "agent": self.run.agent, "created_by": self.run.created_by, "input": self.run.input}
         facts = CallFacts(tool=tool_name, args=arguments, agent=self.agent.name, run=run, now=timezone.now())
-        return evaluate(get_policy(), facts, agent=self.agent)
+        return evaluate(get_policy(), facts, agent=self.agent, grant_lookup=grant_match)
 
     # -- settling the open step ------------------------------------------------------
 

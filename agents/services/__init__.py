@@ -22,6 +22,7 @@ from agents.services.errors import (
     ServiceError,
     WrongState,
 )
+from agents.services.grants import Remember, grant_create, grant_match, grant_revoke, grant_use, parse_duration
 from agents.services.runs import (
     run_cancel,
     run_complete,
@@ -56,6 +57,7 @@ __all__ = [
     "NotFound",
     "NotPermitted",
     "PlannedCall",
+    "Remember",
     "ServiceError",
     "WrongState",
     "approval_decide",
@@ -64,7 +66,12 @@ __all__ = [
     "approval_refuse",
     "audit_append",
     "audit_verify",
+    "grant_create",
+    "grant_match",
+    "grant_revoke",
+    "grant_use",
     "message_append",
+    "parse_duration",
     "role_groups_ensure",
     "run_cancel",
     "run_complete",

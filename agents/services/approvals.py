@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from django.db import transaction
@@ -10,8 +10,8 @@ from django.db.models import Field, Model
 from django.utils import timezone
 
 from agents import events, notify, queue, sql, text
-from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall, Vote, arguments_digest
-from agents.services import eligibility
+from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, ToolCall, Vote, arguments_digest
+from agents.services import eligibility, grants
 from agents.services.audit import audit_append
 from agents.services.errors import AlreadyDecided, DigestMismatch, InvalidInput, NotFound, NotPermitted, WrongState
 from agents.tools import InvalidArguments, ToolError, registry
@@ -27,6 +27,7 @@ class Decision:
     approval: Approval
     outcome: str  # AuditEntry.Outcome: decided, voted (the quorum is not reached yet) or idempotent
     resume_enqueued: bool = False
+    grant: Grant | None = None  # the standing grant this decision created (`remember`)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ def approval_decide(
     payload: dict[str, Any] | None = None,
     auto_resume: bool | None = None,
     expect_digest: str = "",
+    remember: grants.Remember | None = None,
 ) -> Decision:
     """Vote on a pending approval; a rejection, or the quorum's last approval, decides it (invariant 3).
 
@@ -79,10 +81,14 @@ def approval_decide(
     3. On commit, enqueue the resume (the step's last suspend approval, auto_resume on) or
        the execution of a deferred call.
     Repeating the same vote is idempotent; a different decision after the end raises AlreadyDecided.
+    With `remember`, the decision also becomes a standing grant, in the same transaction; it
+    is refused up front (NotPermitted, audited) unless the reviewer could have decided alone.
     """
     approval = _get_or_audit(approval_id, decision, attempt)
     arguments = _validated_or_audit(approval, decision, attempt, note, feedback, arguments, payload)
     _permitted_or_audit(approval, decision, attempt)
+    if remember is not None:
+        _may_remember_or_audit(approval, decision, attempt, remember)
     ask = _Ask(decision, attempt, note, feedback, arguments, payload, auto_resume)
     result, mismatch = None, ""
     with transaction.atomic():
@@ -96,6 +102,15 @@ def approval_decide(
                 mismatch = locked.digest
             else:
                 result = _vote(locked, ask)
+                if remember is not None and result.outcome == AuditEntry.Outcome.DECIDED:
+                    grant = grants.grant_create(
+                        approval=result.approval,
+                        decision=decision,
+                        creator=attempt.decider,
+                        remember=remember,
+                        source=attempt.source,
+                    )
+                    result = replace(result, grant=grant)
     if mismatch:
         _refuse_mismatch(approval, ask, expect_digest, mismatch)
     if result is not None:
@@ -114,6 +129,16 @@ def _permitted_or_audit(approval: Approval, decision: str, attempt: Attempt) -> 
     if reason is not None:
         _audit_refusal(approval.pk, attempt, decision, AuditEntry.Outcome.NOT_PERMITTED, {"error": reason}, approval)
         raise NotPermitted(reason, field="decided_by")
+
+
+def _may_remember_or_audit(approval: Approval, decision: str, attempt: Attempt, remember: grants.Remember) -> None:
+    """Refuse the whole decision when it cannot be remembered: nobody may believe a grant exists that does not."""
+    reason = grants.refusal(approval=approval, decision=decision, decider=attempt.decider)
+    if reason is not None:
+        message = f"this decision cannot be remembered: {reason}"
+        detail = {"error": message, "remember": {"scope": remember.scope, "for_seconds": remember.seconds}}
+        _audit_refusal(approval.pk, attempt, decision, AuditEntry.Outcome.NOT_PERMITTED, detail, approval)
+        raise NotPermitted(message, field="remember")
 
 
 def _refuse_mismatch(approval: Approval, ask: _Ask, expected: str, current: str) -> None:

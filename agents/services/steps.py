@@ -18,6 +18,7 @@ from django.utils import timezone
 from agents import events, ids, notify, sql, text
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent, ToolCall, arguments_digest
 from agents.policy.rules import Verdict
+from agents.services import grants
 from agents.services.audit import audit_append
 from agents.services.runs import run_write
 
@@ -156,6 +157,9 @@ def _record_automatic(rows: list[ToolCall], calls: list[PlannedCall]) -> None:
         approvals.append(approval)
     Approval.objects.bulk_create(approvals)
     for approval, (_, verdict) in zip(approvals, decided, strict=True):
+        if verdict.grant_id:
+            grants.grant_use(approval=approval, verdict=verdict)  # counts the use, and audits it
+            continue
         audit_append(
             approval_id=approval.pk,
             run_id=approval.run_id,

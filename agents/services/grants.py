@@ -1,0 +1,257 @@
+"""Standing grants: a reviewer's decision remembered for a while, deciding the calls it matches.
+
+A grant never widens authority. It is created only where its creator could have decided
+the call alone (an active reviewer among the call's approvers, not excluded by four eyes,
+quorum 1 for an approval, the tool's `grants` not false), and the same is checked again
+each time it would apply, against the policy as it is then. A deny rule always wins
+(the policy evaluates deny rules first); a remembered rejection wins over a remembered approval.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
+
+from agents import text
+from agents.models import Approval, AuditEntry, Grant, arguments_digest
+from agents.policy.config import ConfigError, ToolPolicy, agent_for, get_policy
+from agents.policy.rules import CallFacts, GrantMatch, Verdict, _holds
+from agents.services import eligibility
+from agents.services.audit import audit_append
+from agents.services.errors import InvalidInput, NotFound, NotPermitted
+
+ADMIN = "agents.view_auditentry"  # the admin role's permission: admins may revoke anyone's grant
+MIN_SECONDS = 60
+MAX_SECONDS = 7 * 24 * 3600  # a week: a standing decision is reviewed again at least that often
+_DURATION = re.compile(r"^\s*(\d{1,6})\s*([smhd])\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Remember:
+    """What a decision asks to remember: for which calls, and for how long."""
+
+    scope: str  # Grant.Scope
+    seconds: int
+
+    @classmethod
+    def of(cls, scope: Any, for_seconds: Any) -> Remember:
+        """Return a validated request to remember, or raise InvalidInput naming the field."""
+        if scope not in Grant.Scope.values:
+            raise InvalidInput("remember.scope must be 'exact' or 'tool'", field="remember.scope")
+        if isinstance(for_seconds, bool) or not isinstance(for_seconds, int):
+            raise InvalidInput("remember.for_seconds must be a whole number of seconds", field="remember.for_seconds")
+        if not MIN_SECONDS <= for_seconds <= MAX_SECONDS:
+            raise InvalidInput(
+                f"remember.for_seconds must be from {MIN_SECONDS} to {MAX_SECONDS} (7 days)",
+                field="remember.for_seconds",
+            )
+        return cls(scope=scope, seconds=for_seconds)
+
+
+def parse_duration(value: str) -> int:
+    """Return the seconds of a duration like 30m, 1h, 8h, 24h or 7d; raise InvalidInput otherwise."""
+    found = _DURATION.match(value)
+    if found is None:
+        raise InvalidInput(f"{value!r} is not a duration: write 30m, 1h, 8h, 24h or 7d", field="remember")
+    return int(found[1]) * _UNIT_SECONDS[found[2]]
+
+
+# -- creating -----------------------------------------------------------------------------
+
+
+def refusal(*, approval: Approval, decision: str, decider: str) -> str | None:
+    """Return why this person may not remember this decision, or None when they could have decided alone."""
+    user = User.objects.filter(username=decider, is_active=True).first()
+    if user is None:
+        return f"{decider!r} is no active user: only a reviewer's own decision can be remembered"
+    reason = eligibility.refusal(user, approval)
+    if reason is not None:
+        return reason
+    if approval.request is not None:
+        return f"{approval.tool} asked a question: each answer is a person's, it cannot be remembered"
+    tool = _tool_policy_of(approval)
+    if tool is None or not tool.grants:
+        return f"decisions on {approval.tool} cannot be remembered (grants: false)"
+    if decision == Approval.Status.APPROVED and approval.quorum > 1:
+        return f"{approval.tool} needs {approval.quorum} approvers here: one person's approval cannot be remembered"
+    return None
+
+
+def _tool_policy_of(approval: Approval) -> ToolPolicy | None:
+    """Return the tool's policy for the approval's run as it is now (None when its agent is gone)."""
+    run = approval.run
+    try:
+        # An external run's calls are evaluated without an agent entry, as the gate does.
+        agent = None if run.kind == run.Kind.EXTERNAL else agent_for(run.agent, run.agent_config)
+    except ConfigError:
+        return None
+    return get_policy().tool_policy(approval.tool, agent=agent)
+
+
+def grant_create(*, approval: Approval, decision: str, creator: str, remember: Remember, source: str) -> Grant:
+    """Remember a decision just taken on this approval (inside the caller's transaction), audited."""
+    now = timezone.now()
+    grant = Grant.objects.create(
+        id=f"g{secrets.token_hex(6)}",
+        created_by=creator,
+        decision=decision,
+        scope=remember.scope,
+        tool=approval.tool,
+        agent=approval.run.agent,
+        arguments_digest=approval.digest if remember.scope == Grant.Scope.EXACT else "",
+        approval_id=approval.pk,
+        created_at=now,
+        expires_at=now + timedelta(seconds=remember.seconds),
+    )
+    audit_append(
+        approval_id=approval.pk,
+        run_id=approval.run_id,
+        tool=approval.tool,
+        action="remembered",
+        actor=creator,
+        source=source,
+        outcome=AuditEntry.Outcome.DECIDED,
+        detail=_described(grant),
+    )
+    return grant
+
+
+# -- revoking -----------------------------------------------------------------------------
+
+
+def grant_revoke(*, grant_id: str, actor: str, source: str) -> Grant:
+    """Revoke a grant (its creator, or an admin); revoking a revoked grant changes nothing."""
+    grant = _find(grant_id)
+    if grant is None:
+        raise NotFound(f"no grant {text.repair(grant_id)[:20]}")
+    if grant.created_by != actor and not _is_admin(actor):
+        reason = f"{actor} may revoke only their own grants (this one is {grant.created_by}'s)"
+        _audit_grant(grant, actor, source, "revoke", AuditEntry.Outcome.NOT_PERMITTED, {"error": reason})
+        raise NotPermitted(reason)
+    with transaction.atomic():
+        won = Grant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now(), revoked_by=actor
+        )
+        outcome = AuditEntry.Outcome.DECIDED if won else AuditEntry.Outcome.IDEMPOTENT
+        grant.refresh_from_db()
+        _audit_grant(grant, actor, source, "revoked", outcome, _described(grant))
+    return grant
+
+
+def _is_admin(username: str) -> bool:
+    user = User.objects.filter(username=username, is_active=True).first()
+    return user is not None and user.has_perm(ADMIN)
+
+
+def _find(grant_id: str) -> Grant | None:
+    if text.problem(grant_id) is not None or len(grant_id) > 20:
+        return None
+    return Grant.objects.filter(pk=grant_id).first()
+
+
+def _audit_grant(grant: Grant, actor: str, source: str, action: str, outcome: str, detail: dict[str, Any]) -> None:
+    audit_append(
+        approval_id=grant.approval_id,
+        tool=grant.tool,
+        action=action,
+        actor=actor,
+        source=source,
+        outcome=outcome,
+        detail=detail,
+    )
+
+
+# -- applying -----------------------------------------------------------------------------
+
+
+def grant_match(facts: CallFacts, tool: ToolPolicy) -> GrantMatch | None:
+    """Return the live grant that decides this call, rejections first, or None (the policy's grant lookup)."""
+    now = facts.now or timezone.now()
+    digest = arguments_digest(facts.args)
+    candidates = (
+        live(now)
+        .filter(tool=facts.tool, agent=facts.agent)
+        .filter(Q(scope=Grant.Scope.TOOL) | Q(scope=Grant.Scope.EXACT, arguments_digest=digest))
+        # "rejected" sorts after "approved": a remembered rejection is looked at first.
+        .order_by("-decision", "-created_at")
+    )
+    for grant in candidates:
+        if _still_authorized(grant, facts, tool):
+            approved = grant.decision == Approval.Status.APPROVED
+            return GrantMatch(id=grant.id, action="allow" if approved else "deny", reason=_reason(grant))
+    return None
+
+
+def live(now: datetime | None = None) -> QuerySet[Grant]:
+    """Return the grants neither expired nor revoked."""
+    return Grant.objects.filter(expires_at__gt=now or timezone.now(), revoked_at__isnull=True)
+
+
+def _reason(grant: Grant) -> str:
+    what = "these exact arguments" if grant.scope == Grant.Scope.EXACT else f"any {grant.tool} call of {grant.agent}"
+    if grant.decision == Approval.Status.REJECTED:
+        return f"a remembered rejection by {grant.created_by} (grant {grant.id}, {what})"
+    return f"a remembered approval by {grant.created_by} (grant {grant.id}, {what})"
+
+
+def _still_authorized(grant: Grant, facts: CallFacts, tool: ToolPolicy) -> bool:
+    """Check, against the policy as it is now, that the creator could still decide this call alone."""
+    user = User.objects.filter(username=grant.created_by, is_active=True).first()
+    if user is None or eligibility.refusal_of_role(user) is not None:
+        return False
+    approvers, quorum = _asked(facts, tool)
+    if grant.decision == Approval.Status.APPROVED and quorum > 1:
+        return False
+    probe = Approval(approvers=list(approvers), four_eyes=False)  # four eyes is checked below, without a run row
+    if approvers and eligibility.restriction(user, probe) is not None:
+        return False
+    return not (tool.four_eyes and facts.variables()["run"]["created_by"] == grant.created_by)
+
+
+def _asked(facts: CallFacts, tool: ToolPolicy) -> tuple[tuple[str, ...], int]:
+    """Return who the policy would ask for this call, and how many: the first matching ask rule, else the tool's."""
+    variables = facts.variables()
+    for rule in (r for r in tool.rules if r.action == "ask"):
+        held, problem = _holds(rule, variables)
+        if held or problem:  # a rule that cannot be evaluated asks: fail closed
+            approvers = rule.approvers if rule.approvers is not None else tool.approvers
+            return tuple(approvers), rule.quorum or tool.quorum
+    return tuple(tool.approvers), tool.quorum
+
+
+def grant_use(*, approval: Approval, verdict: Verdict) -> None:
+    """Count one use of a grant and audit the call it decided (inside the caller's transaction)."""
+    now = timezone.now()
+    Grant.objects.filter(pk=verdict.grant_id).update(uses=F("uses") + 1, last_used_at=now)
+    audit_append(
+        approval_id=approval.pk,
+        run_id=approval.run_id,
+        tool=approval.tool,
+        action=approval.status,
+        actor=verdict.decided_by,
+        source=AuditEntry.Source.SYSTEM,
+        outcome=AuditEntry.Outcome.DECIDED,
+        detail={"grant": verdict.grant_id, "reason": verdict.reason, "policy_version": verdict.policy_version},
+    )
+
+
+def _described(grant: Grant) -> dict[str, Any]:
+    return {
+        "grant": grant.id,
+        "decision": grant.decision,
+        "scope": grant.scope,
+        "tool": grant.tool,
+        "agent": grant.agent,
+        "arguments_digest": grant.arguments_digest,
+        "expires_at": grant.expires_at.isoformat(),
+        "revoked_by": grant.revoked_by,
+    }
