@@ -37,7 +37,7 @@ def _one(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
 
 
 def run_lease(*, run_id: str, owner: str, now: datetime, expires_at: datetime) -> tuple[Any, ...] | None:
-    """Take a free lease of a run with work to do; return (agent, steps, input, auto_resume, has_own_agent, created_by)."""
+    """Take a free lease of a run with work to do; return (agent, steps, input, auto_resume, own agent, creator)."""
     sql = f"""
         UPDATE {_RUN} SET status = %s, lease_owner = %s, lease_expires_at = %s, updated_at = %s
         WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
