@@ -62,13 +62,6 @@ def run_list(*, status: str | None = None, agent: str | None = None, created_by:
     return runs
 
 
-def run_list_with_pending(*, status: str | None = None) -> QuerySet[Run]:
-    """Return runs like run_list, each annotated with `pending`, its count of pending approvals."""
-    return run_list(status=status).annotate(
-        pending=Count("approvals", filter=Q(approvals__status=Approval.Status.PENDING))
-    )
-
-
 def run_exists(run_id: str) -> bool:
     return Run.objects.filter(pk=run_id).exists()
 
@@ -146,19 +139,43 @@ def audit_entries(
     return entries
 
 
-def audit_entries_after(entries: QuerySet[AuditEntry], *, pk: int, limit: int) -> list[AuditEntry]:
-    """Return up to `limit` of these entries after id `pk`, by id (keyset: one indexed query each)."""
-    return list(entries.filter(pk__gt=pk).order_by("pk")[:limit])
+def audit_rows_after(
+    entries: QuerySet[AuditEntry], *, pk: int, fields: tuple[str, ...], limit: int
+) -> list[tuple[Any, ...]]:
+    """Return up to `limit` of these entries after id `pk` as tuples of `fields`, by id (keyset, no model objects)."""
+    return list(entries.filter(pk__gt=pk).order_by("pk").values_list(*fields)[:limit])
 
 
-def audit_people() -> QuerySet[AuditEntry, str]:
-    """Return everyone who attempted a decision, sorted, each once."""
-    return AuditEntry.objects.order_by("actor").values_list("actor", flat=True).distinct()
+def audit_people() -> list[str]:
+    """Return the names a person filter of the audit may name: every user, sorted.
+
+    Read from the users, not by a DISTINCT over a million audit entries; the filter is free text, so
+    an actor who is no longer a user can still be typed.
+    """
+    return list(User.objects.order_by("username").values_list("username", flat=True))
 
 
-def audit_tools() -> QuerySet[AuditEntry, str]:
-    """Return the tools named in the audit history, sorted, each once."""
-    return AuditEntry.objects.exclude(tool="").order_by("tool").values_list("tool", flat=True).distinct()
+def audit_tools() -> list[str]:
+    """Return the tools a decision may be about: those registered and those the policy lists, sorted."""
+    from agents.policy.config import get_policy
+    from agents.tools.registry import registry
+
+    policy = get_policy()
+    listed = set(policy.tool_overrides)
+    for agent in policy.agents.values():
+        listed |= set(agent.tool_overrides)
+    return sorted(listed | set(registry.names()))
+
+
+def run_pending_counts(run_ids: list[str]) -> dict[str, int]:
+    """Return how many pending approvals each of these runs has (runs with none are left out)."""
+    rows = (
+        Approval.objects.filter(run_id__in=run_ids, status=Approval.Status.PENDING)
+        .values("run_id")
+        .annotate(pending=Count("pk"))
+        .values_list("run_id", "pending")
+    )
+    return dict(rows)
 
 
 def run_get(run_id: str) -> Run:
