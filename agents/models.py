@@ -128,6 +128,13 @@ class ToolCall(models.Model):
     class Meta:
         ordering = ["run", "step", "id"]
         constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="toolcall_run_call")]
+        # The sweeper looks only at calls with no result yet: a few rows, however long the history.
+        indexes = [
+            models.Index(
+                fields=["hitl_mode", "executed_at"], name="toolcall_open", condition=models.Q(result__isnull=True)
+            ),
+            models.Index(fields=["executed_at"], name="toolcall_open_claimed", condition=models.Q(result__isnull=True)),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.call_id} {self.name}"
@@ -182,6 +189,7 @@ class Approval(models.Model):
         indexes = [
             models.Index(fields=["status", "created_at"], name="approval_status_created"),
             models.Index(fields=["status", "tool", "created_at"], name="approval_status_tool"),
+            models.Index(fields=["status", "expires_at"], name="approval_status_expires"),
             # The sweeper: suspended runs whose last decision is past the grace period.
             models.Index(fields=["run", "status"], name="approval_run_status"),
         ]
