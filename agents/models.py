@@ -61,6 +61,7 @@ class Run(models.Model):
         indexes = [
             models.Index(fields=["status", "updated_at"], name="run_status_updated"),
             # The runs page: newest first, all or by status; and the API's filters.
+            models.Index(fields=["created_at"], name="run_created"),
             models.Index(fields=["status", "created_at"], name="run_status_created"),
             models.Index(fields=["created_by", "created_at"], name="run_created_by"),
         ]

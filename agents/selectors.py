@@ -6,7 +6,9 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
 from agents.models import ApiToken, Approval, AuditEntry, Message, Run, RunEvent, SideEffect
 from agents.services.errors import NotFound
@@ -139,11 +141,38 @@ def audit_entries(
     return entries
 
 
-def audit_rows_after(
-    entries: QuerySet[AuditEntry], *, pk: int, fields: tuple[str, ...], limit: int
-) -> list[tuple[Any, ...]]:
-    """Return up to `limit` of these entries after id `pk` as tuples of `fields`, by id (keyset, no model objects)."""
-    return list(entries.filter(pk__gt=pk).order_by("pk").values_list(*fields)[:limit])
+# The columns of an audit export row: the id (the keyset), then the export's columns with
+# the note, and `detail` as its JSON text (arguments_diff is read from it).
+_AUDIT_CSV_FIELDS = (
+    "id",
+    "created_at",
+    "actor",
+    "on_behalf_of",
+    "action",
+    "tool",
+    "approval_id",
+    "run_id",
+    "source",
+    "origin",
+    "outcome",
+    "note_text",
+    "detail_text",
+    "prev_hash",
+    "hash",
+)
+
+
+def audit_csv_rows_after(entries: QuerySet[AuditEntry], *, pk: int, limit: int) -> list[tuple[Any, ...]]:
+    """Return up to `limit` of these entries after id `pk` as export rows (tuples of _AUDIT_CSV_FIELDS), by id.
+
+    Keyset, plain tuples and `detail` as text: no model objects and no JSON decoded by the ORM.
+    """
+    rows = (
+        entries.filter(pk__gt=pk)
+        .order_by("pk")
+        .annotate(note_text=KeyTextTransform("note", "detail"), detail_text=Cast("detail", TextField()))
+    )
+    return list(rows.values_list(*_AUDIT_CSV_FIELDS)[:limit])
 
 
 def audit_people() -> list[str]:

@@ -268,3 +268,13 @@ def test_it_offers_users_and_tools_to_filter_by_and_keeps_what_was_typed(client_
     assert '<option value="carol">' in html and '<option value="refund_request">' in html
     assert 'name="person" list="audit-people" placeholder="Anyone" value="dave"' in html
     assert rows(html) == 1
+
+
+def test_it_exports_non_ascii_notes_as_written_in_both_note_and_detail(client_for, carol, approval):
+    decide(approval, "rejected", by="bob", note="Größe – 払い戻し")
+
+    rows = list(csv.DictReader(io.StringIO(csv_body(client_for(carol).get("/audit.csv")))))
+
+    [row] = [r for r in rows if r["action"] == "rejected"]
+    assert row["note"] == "Größe – 払い戻し"
+    assert '"note": "Größe – 払い戻し"' in row["detail"] and "\\u" not in row["detail"]
