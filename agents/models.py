@@ -58,7 +58,13 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "updated_at"], name="run_status_updated")]
+        indexes = [
+            models.Index(fields=["status", "updated_at"], name="run_status_updated"),
+            # The runs page: newest first, all or by status; and the API's filters.
+            models.Index(fields=["created_at"], name="run_created"),
+            models.Index(fields=["status", "created_at"], name="run_status_created"),
+            models.Index(fields=["created_by", "created_at"], name="run_created_by"),
+        ]
         permissions = [("gate_external", "Can gate, claim and report its own external tool calls")]
 
     def __str__(self) -> str:
@@ -123,6 +129,13 @@ class ToolCall(models.Model):
     class Meta:
         ordering = ["run", "step", "id"]
         constraints = [models.UniqueConstraint(fields=["run", "call_id"], name="toolcall_run_call")]
+        # The sweeper looks only at calls with no result yet: a few rows, however long the history.
+        indexes = [
+            models.Index(
+                fields=["hitl_mode", "executed_at"], name="toolcall_open", condition=models.Q(result__isnull=True)
+            ),
+            models.Index(fields=["executed_at"], name="toolcall_open_claimed", condition=models.Q(result__isnull=True)),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}/{self.call_id} {self.name}"
@@ -174,7 +187,13 @@ class Approval(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "created_at"], name="approval_status_created")]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="approval_status_created"),
+            models.Index(fields=["status", "tool", "created_at"], name="approval_status_tool"),
+            models.Index(fields=["status", "expires_at"], name="approval_status_expires"),
+            # The sweeper: suspended runs whose last decision is past the grace period.
+            models.Index(fields=["run", "status"], name="approval_run_status"),
+        ]
         permissions = [
             ("decide_approval", "Can approve or reject tool calls"),
             ("decide_on_behalf", "Can record a decision in another person's name (a chat bot relaying)"),
@@ -311,6 +330,14 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         verbose_name_plural = "audit entries"
+        # Every filter of the audit page, each read newest first from its own index (a person is
+        # the actor or the one acted for: two indexes the database combines).
+        indexes = [
+            models.Index(fields=["actor", "created_at"], name="audit_actor_created"),
+            models.Index(fields=["on_behalf_of", "created_at"], name="audit_behalf_created"),
+            models.Index(fields=["tool", "outcome", "created_at"], name="audit_tool_created"),
+            models.Index(fields=["outcome", "created_at"], name="audit_outcome_created"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.actor} {self.action} {self.approval_id}: {self.outcome}"

@@ -8,7 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from agents.models import ApiToken, Approval, AuditEntry, Grant, Message, Run, RunEvent, SavedAgent, SideEffect
@@ -63,13 +65,6 @@ def run_list(*, status: str | None = None, agent: str | None = None, created_by:
     if created_by is not None:
         runs = runs.filter(created_by=created_by)
     return runs
-
-
-def run_list_with_pending(*, status: str | None = None) -> QuerySet[Run]:
-    """Return runs like run_list, each annotated with `pending`, its count of pending approvals."""
-    return run_list(status=status).annotate(
-        pending=Count("approvals", filter=Q(approvals__status=Approval.Status.PENDING))
-    )
 
 
 def run_exists(run_id: str) -> bool:
@@ -149,19 +144,70 @@ def audit_entries(
     return entries
 
 
-def audit_entries_after(entries: QuerySet[AuditEntry], *, pk: int, limit: int) -> list[AuditEntry]:
-    """Return up to `limit` of these entries after id `pk`, by id (keyset: one indexed query each)."""
-    return list(entries.filter(pk__gt=pk).order_by("pk")[:limit])
+# The columns of an audit export row: the id (the keyset), then the export's columns with
+# the note, and `detail` as its JSON text (arguments_diff is read from it).
+_AUDIT_CSV_FIELDS = (
+    "id",
+    "created_at",
+    "actor",
+    "on_behalf_of",
+    "action",
+    "tool",
+    "approval_id",
+    "run_id",
+    "source",
+    "origin",
+    "outcome",
+    "note_text",
+    "detail_text",
+    "prev_hash",
+    "hash",
+)
 
 
-def audit_people() -> QuerySet[AuditEntry, str]:
-    """Return everyone who attempted a decision, sorted, each once."""
-    return AuditEntry.objects.order_by("actor").values_list("actor", flat=True).distinct()
+def audit_csv_rows_after(entries: QuerySet[AuditEntry], *, pk: int, limit: int) -> list[tuple[Any, ...]]:
+    """Return up to `limit` of these entries after id `pk` as export rows (tuples of _AUDIT_CSV_FIELDS), by id.
+
+    Keyset, plain tuples and `detail` as text: no model objects and no JSON decoded by the ORM.
+    """
+    rows = (
+        entries.filter(pk__gt=pk)
+        .order_by("pk")
+        .annotate(note_text=KeyTextTransform("note", "detail"), detail_text=Cast("detail", TextField()))
+    )
+    return list(rows.values_list(*_AUDIT_CSV_FIELDS)[:limit])
 
 
-def audit_tools() -> QuerySet[AuditEntry, str]:
-    """Return the tools named in the audit history, sorted, each once."""
-    return AuditEntry.objects.exclude(tool="").order_by("tool").values_list("tool", flat=True).distinct()
+def audit_people() -> list[str]:
+    """Return the names a person filter of the audit may name: every user, sorted.
+
+    Read from the users, not by a DISTINCT over a million audit entries; the filter is free text, so
+    an actor who is no longer a user can still be typed.
+    """
+    return list(User.objects.order_by("username").values_list("username", flat=True))
+
+
+def audit_tools() -> list[str]:
+    """Return the tools a decision may be about: those registered and those the policy lists, sorted."""
+    from agents.policy.config import get_policy
+    from agents.tools.registry import registry
+
+    policy = get_policy()
+    listed = set(policy.tool_overrides)
+    for agent in policy.agents.values():
+        listed |= set(agent.tool_overrides)
+    return sorted(listed | set(registry.names()))
+
+
+def run_pending_counts(run_ids: list[str]) -> dict[str, int]:
+    """Return how many pending approvals each of these runs has (runs with none are left out)."""
+    rows = (
+        Approval.objects.filter(run_id__in=run_ids, status=Approval.Status.PENDING)
+        .values("run_id")
+        .annotate(pending=Count("pk"))
+        .values_list("run_id", "pending")
+    )
+    return dict(rows)
 
 
 def run_get(run_id: str) -> Run:
@@ -199,7 +245,7 @@ def run_search(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> QuerySet[Run]:
-    """Return runs newest first, filtered, each with its count of pending approvals (`pending`)."""
+    """Return runs newest first, filtered by a search text, status, agent, creator and dates."""
     runs = run_list(status=status, agent=agent)
     if query:
         runs = runs.filter(Q(input__icontains=query) | Q(id__icontains=query) | Q(output__icontains=query))
@@ -209,7 +255,7 @@ def run_search(
         runs = runs.filter(created_at__gte=since)
     if until:
         runs = runs.filter(created_at__lt=until)
-    return runs.annotate(pending=Count("approvals", filter=Q(approvals__status=Approval.Status.PENDING)))
+    return runs  # the view counts the pending approvals of the visible page only (run_pending_counts)
 
 
 def run_creators() -> list[str]:

@@ -25,6 +25,7 @@ import asyncio
 import json
 import operator
 import os
+import random
 import signal
 import sys
 import threading
@@ -54,6 +55,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--paused", type=int, default=50, help="paused runs measured for storage (default 50)")
     parser.add_argument("--runs", type=int, default=40, help="runs of the throughput pass, each (default 40)")
     parser.add_argument("--workers", type=int, default=2, help="agentfast celery workers (default 2)")
+    parser.add_argument(
+        "--concurrency", type=int, default=50, help="threads per agentfast worker (default 50; 1: the solo pool)"
+    )
+    parser.add_argument(
+        "--fail-rate",
+        type=float,
+        default=0.0,
+        help="share of agentfast's model requests answered 500 (e.g. 0.1); counts runs lost and doubled",
+    )
     parser.add_argument("--delay", type=float, default=0.5, help="seconds the model takes per turn (default 0.5)")
     parser.add_argument("--pool", type=int, default=20, help="LangGraph's async connection pool size (default 20)")
     parser.add_argument(
@@ -61,8 +71,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-throughput", action="store_true", help="skip the throughput pass")
     args = parser.parse_args(argv)
-    if min(args.rounds, args.paused, args.runs, args.workers, args.pool) < 1:
-        parser.error("--rounds, --paused, --runs, --workers and --pool must be at least 1")
+    if min(args.rounds, args.paused, args.runs, args.workers, args.pool, args.concurrency) < 1:
+        parser.error("--rounds, --paused, --runs, --workers, --concurrency and --pool must be at least 1")
+    if not 0 <= args.fail_rate < 1:
+        parser.error("--fail-rate must be in [0, 1)")
     return args
 
 
@@ -148,6 +160,9 @@ class SlowModel:
         self.lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.fail_rate = 0.0
+        self.failed = 0
+        self.rng = random.Random(12)
         self.server = FakeOpenAI(respond=self._respond)
         self.server.httpd.request_queue_size = 1024  # a thousand clients may connect at once
 
@@ -166,6 +181,7 @@ class SlowModel:
         self.server.reset()
         with self.lock:
             self.max_in_flight = self.in_flight
+            self.failed = 0
 
     def _respond(self, body: dict[str, Any]) -> Any:
         from tests.support.fake_openai import Reply, tool_messages
@@ -178,6 +194,10 @@ class SlowModel:
         finally:
             with self.lock:
                 self.in_flight -= 1
+                fail = self.rng.random() < self.fail_rate
+                self.failed += fail
+        if fail:
+            return Reply(status=500, content="the bench's model failed this request on purpose")
         if tool_messages(body):
             return Reply(content=FINAL)
         return Reply(tool_calls=[("call_1", "send_email", json.dumps(ARGS))])
@@ -211,8 +231,12 @@ def _run(args: argparse.Namespace, target: setup.Target, model: SlowModel) -> di
         progress(f"throughput, LangGraph async: {args.runs} runs at once, model answering after {args.delay} s")
         model.reset()
         results["lg_throughput"] = asyncio.run(_langgraph_async(conninfo, args, model))
-        progress(f"throughput, agentfast: daphne + {args.workers} workers, {args.runs} runs over the HTTP API")
+        progress(
+            f"throughput, agentfast: daphne + {args.workers} workers × {args.concurrency} threads, "
+            f"{args.runs} runs over the HTTP API, {args.fail_rate:.0%} of model requests failing"
+        )
         model.reset()
+        model.fail_rate = args.fail_rate
         results["af_throughput"] = _agentfast_throughput(args, model)
     results["meta"] = {
         "database": target.label,
@@ -478,7 +502,7 @@ def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[st
     services.user_create(username="bench-client", role="reviewer")
     token = services.token_create(username="bench-client")[1]
     for n in range(args.workers):
-        setup.start_worker(setup.VAR_DIR / f"compare-worker{n + 1}.log")
+        setup.start_worker(setup.VAR_DIR / f"compare-worker{n + 1}.log", concurrency=args.concurrency)
     daphne = setup.start_daphne(setup.VAR_DIR / "compare-daphne.log")
     headers = {"Authorization": f"Bearer {token}"}
     decided_at: dict[str, float] = {}
@@ -489,7 +513,8 @@ def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[st
                 created = list(pool.map(lambda _: _start_run(client), range(args.runs)))
             run_ids = set(created)
             deadline = time.monotonic() + 60 + args.runs * args.delay * 4
-            while Run.objects.filter(pk__in=run_ids, status=Run.Status.COMPLETED).count() < args.runs:
+            # Until every run has ended: completed, or failed when the model kept failing.
+            while Run.objects.filter(pk__in=run_ids, status__in=ENDED).count() < args.runs:
                 if time.monotonic() > deadline:
                     raise setup.BenchError("agentfast's runs did not all complete; see var/bench/compare-*.log")
                 page = client.get("/api/approvals", params={"status": "pending", "agent": "slow", "limit": 200})
@@ -511,6 +536,8 @@ def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[st
     return {
         "runs": args.runs,
         "completed": Run.objects.filter(pk__in=run_ids, status=Run.Status.COMPLETED).count(),
+        "failed": Run.objects.filter(pk__in=run_ids, status=Run.Status.FAILED).count(),
+        "model_failures": model.failed,
         "approved": approved,
         "effects": effects.count(),
         "distinct_effects": effects.values("idempotency_key").distinct().count(),
@@ -519,6 +546,9 @@ def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[st
         "model_requests": len(model.server.requests),
         "decision_to_effect": measure.summary(lags),
     }
+
+
+ENDED = ("completed", "failed", "cancelled")
 
 
 def _start_run(client: Any) -> str:
@@ -575,6 +605,13 @@ def render(results: dict[str, Any]) -> str:
             results["lg_throughput"]["runs"] / results["lg_throughput"]["seconds"]
         )
         out.append(f"  runs/s ratio agentfast / LangGraph: {ratio:.2f}×")
+        t = results["af_throughput"]
+        out.append(
+            f"  agentfast: {args['concurrency']} threads a worker; model requests failed on purpose "
+            f"{t['model_failures']} of {t['model_requests']}; runs failed {t['failed']}, "
+            f"lost {t['runs'] - t['completed'] - t['failed']}; approvals {t['approved']}, "
+            f"side effects {t['effects']} ({t['effects'] - t['distinct_effects']} doubled)"
+        )
     out += [
         "",
         "targets (issue 12, information): round trip ≤ 0.5× LangGraph's; bytes per paused run ≤ 0.5×;",

@@ -230,6 +230,9 @@ def _clone_audit(template: Any, count: int) -> None:
                         approval_id=f"appr_run_{n:026d}_call_1",
                         run_id=f"run_{n:026d}",
                         created_at=start + step * n,
+                        # prev_hash is unique (the chain refuses a fork): each clone gets its own.
+                        prev_hash=f"{n + 1:064x}",
+                        hash=f"{n + 2:064x}",
                     )
                 )
             with transaction.atomic():

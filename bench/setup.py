@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from dashboard import processes as embedded_redis
-from tests.support.processes import Daphne, Worker
+from tests.support.processes import Daphne, ServerProcess, Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR_DIR = ROOT / "var" / "bench"
@@ -151,10 +152,28 @@ def stop_redis(process: subprocess.Popen[bytes] | None) -> None:
 _workers: list[Worker] = []
 
 
-def start_worker(log_path: Path) -> Worker:
-    """Start a real `celery worker --pool=solo` on the bench DB and Redis; remember it."""
+class ThreadsWorker(Worker):
+    """`celery worker --pool=threads --concurrency=N`, as `agentfast worker` starts it."""
+
+    def __init__(self, *, log: Path, env: dict[str, str], concurrency: int) -> None:
+        args = [
+            *(sys.executable, "-m", "celery", "-A", "dashboard", "worker", "--loglevel=INFO"),
+            *("--pool=threads", f"--concurrency={concurrency}"),
+            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+        ]
+        ServerProcess.__init__(self, args, log=log, env=env)
+        self.start()
+
+
+def start_worker(log_path: Path, *, concurrency: int = 1) -> Worker:
+    """Start a real celery worker on the bench DB and Redis (solo pool, or `concurrency` threads); remember it."""
     # prepare() already put the bench's settings, database and config in os.environ.
-    worker = Worker(log=log_path, env=dict(os.environ))
+    env = dict(os.environ)
+    worker = (
+        Worker(log=log_path, env=env)
+        if concurrency == 1
+        else ThreadsWorker(log=log_path, env=env, concurrency=concurrency)
+    )
     _workers.append(worker)
     try:
         worker.wait_ready(timeout=60)

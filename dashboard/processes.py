@@ -227,6 +227,8 @@ def _write_private(path: Path, content: str) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    # daphne sizes the thread pool of sync work from ASGI_THREADS when it starts (Python's default is cpus + 4).
+    os.environ.setdefault("ASGI_THREADS", str(WEB_THREADS))
     os.execvp(
         sys.executable,
         [
@@ -237,8 +239,31 @@ def _serve(args: argparse.Namespace) -> None:
     )
 
 
+# A run spends most of its time waiting on the model: a worker drives many at once on threads
+# (I/O-bound, the GIL is released while waiting) rather than one per process. The lease and the
+# claim are compare-and-sets in the database, so threads race safely, as processes do.
+WORKER_CONCURRENCY = 50
+WEB_THREADS = 32
+
+
 def _worker(args: argparse.Namespace) -> None:
     os.execvp(
         sys.executable,
-        [sys.executable, "-m", "celery", "-A", "dashboard", "worker", f"--loglevel={log_level()}", *args.extra_args],
+        [
+            *(sys.executable, "-m", "celery", "-A", "dashboard", "worker", f"--loglevel={log_level()}"),
+            *_worker_pool(args.extra_args),
+            *args.extra_args,
+        ],
     )
+
+
+def _worker_pool(extra_args: list[str]) -> list[str]:
+    """Return the pool options to add: threads, AGENTFAST_WORKER_CONCURRENCY of them, unless the arguments choose."""
+    chosen = {arg.split("=", 1)[0] for arg in extra_args}
+    options = []
+    if not chosen & {"-P", "--pool"}:
+        options.append("--pool=threads")
+    if not chosen & {"-c", "--concurrency"}:
+        concurrency = os.environ.get("AGENTFAST_WORKER_CONCURRENCY", str(WORKER_CONCURRENCY))
+        options.append(f"--concurrency={concurrency}")
+    return options

@@ -69,7 +69,30 @@ def _database(url: str) -> dict[str, object]:
         raise ImproperlyConfigured(
             f"DATABASE_URL: unsupported database {config['ENGINE']!r} (use postgres:// or sqlite://)"
         )
-    return {**config, "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True}
+    return _postgres(config)
+
+
+# -- throughput: database connections per process (issue 12) -----------------------------------
+# A worker drives many runs at once on threads (dashboard/processes.py), each thread with its own
+# connection while it runs. A bounded pool per process hands a thread a warm connection and caps
+# what one process can open: size it at the worker's concurrency plus a few (the lease keeper and
+# the events publisher), and the server's max_connections (or a pooler such as PgBouncer in
+# transaction mode) at the sum over every process. AGENTFAST_DB_POOL=0 turns it off (persistent
+# connections per thread instead, as before).
+DB_POOL_SIZE = env.int("AGENTFAST_DB_POOL", default=60)
+
+
+def _postgres(config: dict[str, object]) -> dict[str, object]:
+    if DB_POOL_SIZE <= 0:
+        return {**config, "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True}
+    options = dict(config.get("OPTIONS") or {})  # type: ignore[call-overload]
+    # Connections open on demand up to max_size; a thread waits up to `timeout` s for one.
+    options["pool"] = {"min_size": 2, "max_size": DB_POOL_SIZE, "timeout": 30}
+    # The pool keeps the connections: Django must not hold one per thread past a request or task.
+    return {**config, "OPTIONS": options, "CONN_MAX_AGE": 0}
+
+
+# -- end throughput ---------------------------------------------------------------------------------
 
 
 def _sqlite(path: Path) -> dict[str, object]:

@@ -242,3 +242,39 @@ def test_it_lists_who_cancelled_a_run_and_from_where(client_for, carol, paused):
         if r["action"] == "cancelled"
     ]
     assert (row["actor"], row["source"], row["origin"], row["run_id"]) == ("carol", "api", "10.0.0.9", paused.id)
+
+
+def test_it_pages_the_audit_without_counting_it(client_for, carol, history, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from dashboard import views
+
+    monkeypatch.setattr(views, "AUDIT_PAGE_SIZE", 2)
+    client = client_for(carol)
+
+    with CaptureQueriesContext(connection) as queries:
+        first = client.get("/audit").content.decode()
+    second = client.get("/audit?page=2").content.decode()
+
+    assert rows(first) == 2 and "page=2" in first
+    assert rows(second) == 1 and "page=3" not in second
+    assert not [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"] or "DISTINCT" in q["sql"]]
+
+
+def test_it_offers_users_and_tools_to_filter_by_and_keeps_what_was_typed(client_for, carol, history):
+    html = client_for(carol).get("/audit?person=dave").content.decode()
+
+    assert '<option value="carol">' in html and '<option value="refund_request">' in html
+    assert '<option value="dave" selected>dave</option>' in html  # no longer a user, still filtered by
+    assert rows(html) == 1
+
+
+def test_it_exports_non_ascii_notes_as_written_in_both_note_and_detail(client_for, carol, approval):
+    decide(approval, "rejected", by="bob", note="Größe – 払い戻し")
+
+    rows = list(csv.DictReader(io.StringIO(csv_body(client_for(carol).get("/audit.csv")))))
+
+    [row] = [r for r in rows if r["action"] == "rejected"]
+    assert row["note"] == "Größe – 払い戻し"
+    assert '"note": "Größe – 払い戻し"' in row["detail"] and "\\u" not in row["detail"]

@@ -134,3 +134,13 @@ def test_it_runs_make_run_with_an_empty_redis_url_and_announces_a_working_login(
     finally:
         _stop_dev(dev, log)
         processes.stop(processes.socket_path(var_dir))
+
+
+def test_it_runs_the_worker_on_threads_unless_the_arguments_choose(monkeypatch):
+    monkeypatch.delenv("AGENTFAST_WORKER_CONCURRENCY", raising=False)
+    assert processes._worker_pool([]) == ["--pool=threads", "--concurrency=50"]
+    assert processes._worker_pool(["--concurrency=4"]) == ["--pool=threads"]
+    assert processes._worker_pool(["-P", "solo", "-c", "1"]) == []
+
+    monkeypatch.setenv("AGENTFAST_WORKER_CONCURRENCY", "200")
+    assert processes._worker_pool(["--pool=prefork"]) == ["--concurrency=200"]

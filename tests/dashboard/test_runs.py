@@ -195,3 +195,28 @@ def test_it_cancels_only_with_a_csrf_token(alice, paused):
     assert client.post(f"/runs/{paused.id}/cancel").status_code == 403
     paused.refresh_from_db()
     assert paused.status == Run.Status.SUSPENDED
+def test_it_pages_runs_without_counting_them(client_for, alice, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from dashboard import views
+
+    monkeypatch.setattr(views, "RUNS_PAGE_SIZE", 2)
+    oldest, middle, newest = start("hello"), start(REFUND), start("hello")
+    client = client_for(alice)
+
+    with CaptureQueriesContext(connection) as queries:
+        first = client.get("/runs").content.decode()
+    second = client.get("/runs?page=2").content.decode()
+
+    assert run_ids(first) == [newest.id, middle.id] and "page=2" in first and "1 waiting" in first
+    assert run_ids(second) == [oldest.id] and "page=1" in second and "page=3" not in second
+    assert not [q["sql"] for q in queries.captured_queries if "COUNT(*)" in q["sql"] and "agents_run" in q["sql"]]
+
+
+def test_it_shows_the_first_page_for_a_page_past_the_end(client_for, alice):
+    run = start("hello")
+
+    html = client_for(alice).get("/runs?page=999999999").content.decode()
+
+    assert run_ids(html) == [run.id]

@@ -40,6 +40,7 @@ json.dump({
     "ENGINE": db["ENGINE"],
     "NAME": str(db["NAME"]),
     "CONN_MAX_AGE": db["CONN_MAX_AGE"],
+    "POOL": db.get("OPTIONS", {}).get("pool"),
     "TRUSTED": settings.AGENTFAST_TRUSTED_PROXIES,
     "MODES": modes,
 }, sys.stdout)
@@ -134,8 +135,16 @@ def test_it_reads_redis_and_database_urls_from_the_environment(tmp_path):
     )
 
     assert (shown["REDIS_IS_EMBEDDED"], shown["REDIS_URL"]) == (False, "redis://cache:6379/2")
-    assert (shown["ENGINE"], shown["NAME"], shown["CONN_MAX_AGE"]) == ("django.db.backends.postgresql", "agentfast", 60)
+    # A bounded pool per process holds the connections, not each thread (issue 12).
+    assert (shown["ENGINE"], shown["NAME"], shown["CONN_MAX_AGE"]) == ("django.db.backends.postgresql", "agentfast", 0)
+    assert shown["POOL"]["max_size"] == 60
     assert shown["TRUSTED"] == ["10.0.0.0/8", "192.168.1.1"]
+
+
+def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
+    shown = loaded(tmp_path / "var", DATABASE_URL="postgres://app@db.internal/agentfast", AGENTFAST_DB_POOL="0")
+
+    assert (shown["CONN_MAX_AGE"], shown["POOL"]) == (60, None)
 
 
 @pytest.mark.parametrize(
