@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field
 
+from agents.policy.config import MAX_TIMEOUT_SECONDS
 from agents.schemas import ApprovalDetail
 from agents.services.approvals import MAX_TEXT_CHARS
 from agents.services.runs import MAX_INPUT_CHARS
@@ -75,6 +76,12 @@ class DecideIn(_Strict):
         None,
         description="The arguments_digest you saw (whole, or its first 12 hex digits): "
         "refused with 409 if the arguments changed since",
+    )
+
+
+class ExtendIn(_Strict):
+    by_seconds: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False)] = Field(
+        description="How many seconds later the deadline falls"
     )
 
 
