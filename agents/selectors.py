@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Min, Q, QuerySet
 
 from agents.models import ApiToken, Approval, AuditEntry, Message, Run, RunEvent, SideEffect
 from agents.services.errors import NotFound
@@ -63,9 +63,11 @@ def run_list(*, status: str | None = None, agent: str | None = None, created_by:
 
 
 def run_list_with_pending(*, status: str | None = None) -> QuerySet[Run]:
-    """Return runs like run_list, each annotated with `pending`, its count of pending approvals."""
+    """Return runs like run_list, annotated with `pending` (pending approvals) and `scheduled_for` (a scheduled call's time)."""
+    scheduled = Q(approvals__status=Approval.Status.PENDING, approvals__on_timeout=Approval.OnTimeout.RUN)
     return run_list(status=status).annotate(
-        pending=Count("approvals", filter=Q(approvals__status=Approval.Status.PENDING))
+        pending=Count("approvals", filter=Q(approvals__status=Approval.Status.PENDING)),
+        scheduled_for=Min("approvals__expires_at", filter=scheduled),
     )
 
 

@@ -225,6 +225,75 @@ def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval, st
     return 200, selectors.approval_get(form.approval.id), ""
 
 
+# -- deadlines and scheduled calls -------------------------------------------------------
+
+
+@require_POST
+@reviewer_required
+def approval_extend(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
+    """Push a deadline later (by an hour unless by_seconds says otherwise); answer with the deadline's part."""
+    approval = _approval_or_404(approval_id)
+    try:
+        seconds = float(request.POST.get("by_seconds", "3600"))
+    except ValueError:
+        seconds = -1.0  # the service refuses it with the message
+    attempt = attempt_from(request, source=AuditEntry.Source.WEB)
+    return _deadline_answer(
+        request,
+        approval,
+        lambda: services.approval_extend(approval_id=approval.id, by_seconds=seconds, attempt=attempt),
+    )
+
+
+@require_POST
+@reviewer_required
+def approval_run_now(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
+    """Run a scheduled call now; answer with the deadline's part."""
+    approval = _approval_or_404(approval_id)
+    attempt = attempt_from(request, source=AuditEntry.Source.WEB)
+    return _deadline_answer(
+        request, approval, lambda: services.toolcall_run_now(approval_id=approval.id, attempt=attempt), "Runs now."
+    )
+
+
+@require_POST
+@reviewer_required
+def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """Cancel a run (a scheduled one, from its card or page); answer where the request came from."""
+    attempt = attempt_from(request, source=AuditEntry.Source.WEB)
+    try:
+        services.run_cancel(run_id=run_id, attempt=attempt)
+        said, status = "The run was cancelled.", 200
+    except services.NotFound:
+        raise Http404("No such run.") from None
+    except services.WrongState as exc:
+        said, status = exc.message, 409
+    approval = selectors.run_approvals(selectors.run_get(run_id)).filter(on_timeout=Approval.OnTimeout.RUN).first()
+    if request.htmx and approval is not None:
+        eligibility.mark(request.user, [approval])
+        return render(request, "dashboard/_deadline.html", {"approval": approval, "said": said}, status=status)
+    return redirect("run", run_id=run_id)
+
+
+def _deadline_answer(
+    request: HtmxHttpRequest, approval: Approval, act: Callable[[], object], done: str = ""
+) -> HttpResponse:
+    status, said = 200, done
+    try:
+        act()
+    except services.NotPermitted as exc:
+        status, said = 403, exc.message
+    except services.InvalidInput as exc:
+        status, said = 422, exc.message
+    except services.WrongState as exc:
+        status, said = 409, exc.message
+    approval = selectors.approval_get(approval.id)
+    eligibility.mark(request.user, [approval])
+    if not request.htmx:
+        return redirect("approval", approval_id=approval.id)
+    return render(request, "dashboard/_deadline.html", {"approval": approval, "said": said}, status=status)
+
+
 # -- runs --------------------------------------------------------------------------------
 
 
@@ -253,10 +322,12 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         run = selectors.run_get(run_id)
     except services.NotFound:
         raise Http404("No such run.") from None
+    approvals = selectors.run_approvals(run)
+    eligibility.mark(request.user, approvals)  # a scheduled call's run now and cancel, for who may decide it
     context = {
         "run": run,
         "events": selectors.run_events(run),
-        "approvals": selectors.run_approvals(run),
+        "approvals": approvals,
         "definition": playground.definition(run),  # a run that carries its own agent shows it
     }
     template = "dashboard/_timeline.html" if request.htmx else "dashboard/run.html"

@@ -282,3 +282,23 @@ def test_it_fires_deadlines_after_the_worker_and_beat_restarted(deadline, start_
     approval = Approval.objects.get(run=run)
     assert (approval.status, approval.decided_by) == ("approved", "deadline")
     assert SideEffect.objects.filter(tool="refund_request").count() == 1
+
+
+def test_it_shows_the_countdown_and_extends_from_the_card(deadline, alice, bob):
+    deadline(timeout="1h")
+    [approval] = pending(start(REFUND))
+    client, outsider = Client(), Client()
+    client.force_login(alice)
+    outsider.force_login(bob)
+    htmx = {"HTTP_HX_REQUEST": "true"}
+
+    inbox = client.get("/").content.decode()
+    refused = outsider.post(f"/approvals/{approval.id}/extend", {"by_seconds": "600"}, **htmx)
+    extended = client.post(f"/approvals/{approval.id}/extend", {"by_seconds": "600"}, **htmx)
+
+    assert f'id="deadline-{approval.id}"' in inbox and "data-deadline" in inbox
+    assert 'data-action="extend"' in inbox
+    assert refused.status_code == 403
+    assert extended.status_code == 200 and "data-deadline" in extended.content.decode()
+    actors = list(AuditEntry.objects.filter(approval_id=approval.id, action="extended").values_list("actor", "source"))
+    assert sorted(actors) == [("alice", "web"), ("bob", "web")]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from agents import services
@@ -157,3 +158,27 @@ def test_it_resumes_a_scheduled_run_by_itself(scheduled, start_worker):
 
     assert Approval.objects.get(run=run).decided_by == "schedule"
     assert SideEffect.objects.filter(tool="refund_request").count() == 1
+
+
+def test_it_shows_a_scheduled_run_with_run_now_and_cancel_on_the_pages(scheduled, alice, bob):
+    scheduled('now + duration("1h")')
+    later, other = start(REFUND), start(REFUND)
+    [approval] = pending(later)
+    client, outsider = Client(), Client()
+    client.force_login(alice)
+    outsider.force_login(bob)
+    htmx = {"HTTP_HX_REQUEST": "true"}
+
+    runs_page = client.get("/runs").content.decode()
+    run_page = client.get(f"/runs/{later.id}").content.decode()
+    refused = outsider.post(f"/approvals/{approval.id}/run-now", **htmx)
+    ran = client.post(f"/approvals/{approval.id}/run-now", **htmx)
+    cancelled = client.post(f"/runs/{other.id}/cancel", **htmx)
+
+    assert "scheduled for" in runs_page and "data-deadline" in runs_page
+    assert 'data-action="run-now"' in run_page and 'data-action="cancel-run"' in run_page
+    assert refused.status_code == 403 and "not among the approvers" in refused.content.decode()
+    assert ran.status_code == 200 and "Runs now." in ran.content.decode()
+    assert Approval.objects.get(pk=approval.pk).decided_by == "alice"
+    assert cancelled.status_code == 200 and "The run was cancelled." in cancelled.content.decode()
+    assert Run.objects.get(pk=other.pk).status == Run.Status.CANCELLED
