@@ -80,8 +80,8 @@ class DecideIn(_Strict):
 
 
 class ExtendIn(_Strict):
-    by_seconds: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False)] = Field(
-        description="How many seconds later the deadline falls"
+    by_seconds: Annotated[float, Field(ge=1, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False)] = Field(
+        description="How many seconds later the deadline falls (at least 1)"
     )
 
 
