@@ -150,6 +150,12 @@ class Approval(models.Model):
         SUSPEND = "suspend"
         DEFER = "defer"
 
+    class OnTimeout(models.TextChoices):
+        REJECT = "reject"
+        APPROVE = "approve"
+        ESCALATE = "escalate"
+        RUN = "run"  # a scheduled call: its time came, it runs (decided by "schedule")
+
     class Status(models.TextChoices):
         PENDING = "pending"
         APPROVED = "approved"
@@ -172,6 +178,13 @@ class Approval(models.Model):
     arguments = models.JSONField(null=True, blank=True)  # edited arguments, if any
     payload = models.JSONField(null=True, blank=True)  # the reviewer's answer to a custom tool
     expires_at = models.DateTimeField(null=True, blank=True)
+    # What the deadline does (agents/services/deadlines.py): its outcome, whom an escalation adds
+    # as approvers (once: escalated_at), and how often to remind while it waits.
+    on_timeout = models.CharField(max_length=10, choices=OnTimeout.choices, default=OnTimeout.REJECT)
+    escalate_to = models.JSONField(default=list, blank=True)
+    remind_every_seconds = models.FloatField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    last_reminded_at = models.DateTimeField(null=True, blank=True)
     # What the policy (agentfast.yaml) asked for when the call paused: the rule that decided
     # (empty: the tool's own settings), who may decide (group names or "user:NAME"; empty:
     # any reviewer), how many distinct approvers, whether the run's creator is excluded,

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models import Count, Min, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -208,6 +208,19 @@ def run_pending_counts(run_ids: list[str]) -> dict[str, int]:
         .values_list("run_id", "pending")
     )
     return dict(rows)
+
+
+def run_scheduled_times(run_ids: list[str]) -> dict[str, datetime]:
+    """Return when each of these runs' scheduled call runs (runs with none are left out)."""
+    rows = (
+        Approval.objects.filter(
+            run_id__in=run_ids, status=Approval.Status.PENDING, on_timeout=Approval.OnTimeout.RUN
+        )
+        .values("run_id")
+        .annotate(at=Min("expires_at"))
+        .values_list("run_id", "at")
+    )
+    return {run_id: at for run_id, at in rows if at is not None}
 
 
 def run_get(run_id: str) -> Run:

@@ -27,17 +27,18 @@ DEFERRED_CLAIM_TIMEOUT = timedelta(minutes=15)
 
 @dataclass
 class SweepReport:
-    expired: int = 0
+    expired: int = 0  # deadlines fired (expired, approved, escalated or run)
+    reminded: int = 0
     runs: list[str] = field(default_factory=list)
     deferred: list[int] = field(default_factory=list)
     in_doubt: list[int] = field(default_factory=list)
 
 
 def sweep() -> SweepReport:
-    """Expire overdue approvals, then re-enqueue stranded runs and deferred calls."""
+    """Fire overdue deadlines (their eta message was lost), remind, then re-enqueue stranded runs and deferred calls."""
     now = timezone.now()
     grace = now - timedelta(seconds=settings.AGENTFAST_SWEEP_GRACE_SECONDS)
-    report = SweepReport(expired=services.approval_expire_due())
+    report = SweepReport(expired=services.approval_deadlines_due(), reminded=services.approval_remind_due())
     for run_id in _stranded_runs(now, grace):
         queue.drive_on_commit(run_id)
         report.runs.append(run_id)
@@ -56,7 +57,7 @@ def sweep() -> SweepReport:
         if services.toolcall_mark_in_doubt(tool_call=call):
             report.in_doubt.append(call.pk)
     report.in_doubt += external_claims_mark_in_doubt()
-    if report.runs or report.deferred or report.expired or report.in_doubt:
+    if report.runs or report.deferred or report.expired or report.in_doubt or report.reminded:
         logger.info("sweep: %s", report)
     return report
 

@@ -30,6 +30,19 @@ def toolcall_execute_deferred(tool_call_pk: int) -> str:
 
 @shared_task(base=OnCommitTask, acks_late=True, time_limit=120)
 def sweep() -> dict[str, int]:
-    """Beat: expire overdue approvals and re-enqueue stranded runs and deferred calls."""
+    """Beat: fire overdue deadlines, send reminders, re-enqueue stranded runs and deferred calls."""
     report = sweeper.sweep()
-    return {"expired": report.expired, "runs": len(report.runs), "deferred": len(report.deferred)}
+    return {
+        "expired": report.expired,
+        "reminded": report.reminded,
+        "runs": len(report.runs),
+        "deferred": len(report.deferred),
+    }
+
+
+@shared_task(base=OnCommitTask, acks_late=True, time_limit=120)
+def approval_deadline(approval_id: str) -> str:
+    """Fire an approval's deadline at its eta; an early, late or repeated message finds nothing due."""
+    from agents.services.deadlines import approval_deadline_fire
+
+    return approval_deadline_fire(approval_id=approval_id) or "nothing due"

@@ -36,6 +36,7 @@ from dashboard.api_schemas import (
     ConflictOut,
     DecideIn,
     ErrorOut,
+    ExtendIn,
     Id,
     LeaseHeldOut,
     Name,
@@ -289,6 +290,18 @@ def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> sc
     return schemas.Decision.of_decision(
         approval, outcome=decision.outcome, resume_enqueued=decision.resume_enqueued, grant_id=grant_id
     )
+
+
+@api.post(
+    "/approvals/{approval_id}/extend",
+    response={200: schemas.ApprovalDetail, 409: ConflictOut, **_WRITE_ERRORS},
+    tags=["approvals"],
+)
+def approval_extend(request: HttpRequest, approval_id: Id, body: ExtendIn) -> schemas.ApprovalDetail:
+    """Push a pending approval's deadline later; only someone who may decide it may (403 otherwise), audited."""
+    attempt = attempt_from(request, source=AuditEntry.Source.API)
+    services.approval_extend(approval_id=approval_id, by_seconds=body.by_seconds, attempt=attempt)
+    return schemas.ApprovalDetail.of(selectors.approval_get(approval_id))
 
 
 @api.get(

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field
 
+from agents.policy.config import MAX_TIMEOUT_SECONDS
 from agents.schemas import ApprovalDetail
 from agents.services.approvals import MAX_TEXT_CHARS
 from agents.services.grants import MAX_SECONDS as MAX_GRANT_SECONDS
@@ -89,6 +90,12 @@ class DecideIn(_Strict):
         None,
         description="Also decide this agent's matching calls for a while (a standing grant); "
         "403 if you could not have decided alone",
+    )
+
+
+class ExtendIn(_Strict):
+    by_seconds: Annotated[float, Field(ge=1, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False)] = Field(
+        description="How many seconds later the deadline falls (at least 1)"
     )
 
 

@@ -274,6 +274,56 @@ def _decide(request: HttpRequest, form: DecisionForm) -> tuple[int, Approval, st
     return 200, selectors.approval_get(form.approval.id), ""
 
 
+# -- deadlines and scheduled calls -------------------------------------------------------
+
+
+@require_POST
+@reviewer_required
+def approval_extend(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
+    """Push a deadline later (by an hour unless by_seconds says otherwise); answer with the deadline's part."""
+    approval = _approval_or_404(approval_id)
+    try:
+        seconds = float(request.POST.get("by_seconds", "3600"))
+    except ValueError:
+        seconds = -1.0  # the service refuses it with the message
+    attempt = attempt_from(request, source=AuditEntry.Source.WEB)
+    return _deadline_answer(
+        request,
+        approval,
+        lambda: services.approval_extend(approval_id=approval.id, by_seconds=seconds, attempt=attempt),
+    )
+
+
+@require_POST
+@reviewer_required
+def approval_run_now(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
+    """Run a scheduled call now; answer with the deadline's part."""
+    approval = _approval_or_404(approval_id)
+    attempt = attempt_from(request, source=AuditEntry.Source.WEB)
+    return _deadline_answer(
+        request, approval, lambda: services.toolcall_run_now(approval_id=approval.id, attempt=attempt), "Runs now."
+    )
+
+
+def _deadline_answer(
+    request: HtmxHttpRequest, approval: Approval, act: Callable[[], object], done: str = ""
+) -> HttpResponse:
+    status, said = 200, done
+    try:
+        act()
+    except services.NotPermitted as exc:
+        status, said = 403, exc.message
+    except services.InvalidInput as exc:
+        status, said = 422, exc.message
+    except services.WrongState as exc:
+        status, said = 409, exc.message
+    approval = selectors.approval_get(approval.id)
+    eligibility.mark(request.user, [approval])
+    if not request.htmx:
+        return redirect("approval", approval_id=approval.id)
+    return render(request, "dashboard/_deadline.html", {"approval": approval, "said": said}, status=status)
+
+
 # -- runs --------------------------------------------------------------------------------
 
 
@@ -285,9 +335,11 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     data = getattr(filters, "cleaned_data", {})
     page = _window(filters.runs(), request, RUNS_PAGE_SIZE)
     # The pending counts of the visible runs only: one small query, not a join over every run.
-    pending = selectors.run_pending_counts([run.id for run in page])
+    visible = [run.id for run in page]
+    pending, scheduled = selectors.run_pending_counts(visible), selectors.run_scheduled_times(visible)
     for run in page:
         run.pending = pending.get(run.id, 0)
+        run.scheduled_for = scheduled.get(run.id)
     context = {
         "page": page,
         "filters": filters,
@@ -321,6 +373,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 
 def _run_page(request: HtmxHttpRequest, run: Run, *, cancel_error: str = "") -> HttpResponse:
     approvals = list(selectors.run_approvals(run))
+    eligibility.mark(request.user, approvals)  # a scheduled call's run now and cancel, for who may decide it
     context = {
         "run": run,
         "events": selectors.run_events(run),
@@ -338,10 +391,17 @@ def _run_page(request: HtmxHttpRequest, run: Run, *, cancel_error: str = "") -> 
 def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """Cancel a run that has not ended; one that has ended, or is running a call, says why (409)."""
     run = _run_or_404(run_id)
+    said, status = "The run was cancelled.", 200
     try:
         services.run_cancel(run_id=run.id, attempt=attempt_from(request, source=AuditEntry.Source.WEB))
     except services.WrongState as exc:
-        return _run_page(request, selectors.run_get(run.id), cancel_error=exc.message)
+        said, status = exc.message, 409
+    scheduled = selectors.run_approvals(run).filter(on_timeout=Approval.OnTimeout.RUN).first()
+    if request.htmx and scheduled is not None:  # from a scheduled call's card: answer with its part
+        eligibility.mark(request.user, [scheduled])
+        return render(request, "dashboard/_deadline.html", {"approval": scheduled, "said": said}, status=status)
+    if status == 409:
+        return _run_page(request, selectors.run_get(run.id), cancel_error=said)
     return redirect("run", run_id=run.id)
 
 

@@ -42,6 +42,10 @@ def register(groups: Any) -> None:
     reject.add_argument("--no-resume", action="store_true", help="leave the resume to the caller")
     reject.add_argument("--expect-digest", default="", help=_EXPECT_HELP)
     _remember_flags(reject)
+    extend = command(actions, "extend", _extend, "push a pending approval's deadline later", json_flag=True)
+    extend.add_argument("id")
+    extend.add_argument("--by", required=True, help="who extends it: someone who may decide it")
+    extend.add_argument("--for", dest="duration", required=True, help="how much later: 90s, 30m, 4h, 2d")
 
 
 def _remember_flags(parser: argparse.ArgumentParser) -> None:
@@ -164,3 +168,21 @@ def _remember(args: argparse.Namespace) -> Any:
     if args.remember is None:
         return None
     return services.Remember.of(args.remember_scope, services.parse_duration(args.remember))
+
+
+def _extend(args: argparse.Namespace) -> None:
+    from agents import schemas, selectors, services
+    from agents.policy.config import parse_duration
+
+    try:
+        seconds = parse_duration(args.duration)
+    except (ValueError, TypeError) as exc:
+        raise services.InvalidInput(f"--for {exc}", field="for") from None
+    approval = services.approval_extend(approval_id=args.id, by_seconds=seconds, attempt=attempt(args.by))
+    if args.json:
+        return print_json(schemas.ApprovalDetail.of(selectors.approval_get(approval.id)).as_json())
+    echo(
+        f"Extended {approval.id} ({approval.tool}) as {args.by}:"
+        f" it waits until {approval.expires_at:%Y-%m-%d %H:%M:%S} UTC."
+    )
+    return None

@@ -4,35 +4,34 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agents', '0003_repair_stored_text'),
+        ("agents", "0003_repair_stored_text"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='approval',
-            name='approvers',
+            model_name="approval",
+            name="approvers",
             field=models.JSONField(blank=True, default=list),
         ),
         migrations.AddField(
-            model_name='approval',
-            name='four_eyes',
+            model_name="approval",
+            name="four_eyes",
             field=models.BooleanField(default=False),
         ),
         migrations.AddField(
-            model_name='approval',
-            name='policy_version',
+            model_name="approval",
+            name="policy_version",
             field=models.CharField(blank=True, max_length=64),
         ),
         migrations.AddField(
-            model_name='approval',
-            name='quorum',
+            model_name="approval",
+            name="quorum",
             field=models.PositiveSmallIntegerField(default=1),
         ),
         migrations.AddField(
-            model_name='approval',
-            name='rule',
+            model_name="approval",
+            name="rule",
             field=models.CharField(blank=True, max_length=100),
         ),
     ]

@@ -33,7 +33,16 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from agents import text
@@ -74,13 +83,62 @@ class _Entry(BaseModel):
         return {key: item for key, item in value.items() if item is not None}
 
 
-Action = Literal["allow", "deny", "ask"]
+Action = Literal["allow", "deny", "ask", "schedule"]
 Approvers = tuple[Annotated[str, Field(strict=True, min_length=1, max_length=150)], ...]
 Quorum = Annotated[int, Field(strict=True, ge=1, le=100)]
+OnTimeout = Literal["reject", "approve", "escalate"]
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+DURATION_PROBLEM = "must be a duration like 90s, 30m, 4h or 2d (or a number of seconds)"
 
 
-class Rule(_Entry):
-    """One rule of a tool: when its CEL condition holds, allow, deny (with a reason) or ask."""
+def parse_duration(value: Any) -> float:
+    """Return the seconds of a duration ("90s", "30m", "4h", "2d", or a number); raise ValueError or TypeError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(DURATION_PROBLEM)
+    if isinstance(value, str):
+        found = _DURATION.match(value)
+        if found is None:
+            raise ValueError(DURATION_PROBLEM)
+        value = float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+    if not 0 < value <= MAX_TIMEOUT_SECONDS:
+        raise ValueError(f"must be positive and at most {MAX_TIMEOUT_SECONDS} seconds")
+    return float(value)
+
+
+def _duration(value: Any) -> float:
+    try:
+        return parse_duration(value)
+    except (ValueError, TypeError) as exc:
+        raise _problem(str(exc)) from None
+
+
+Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+class _Deadline(_Entry):
+    """The deadline keys a tool and its ask rules share: when, what then, whom to escalate to, reminders."""
+
+    timeout: Duration | None = None
+    on_timeout: OnTimeout | None = None
+    escalate_to: Approvers | None = None
+    remind_every: Duration | None = None
+
+    def _deadline_problem(self, timeout: float | None) -> str:
+        if self.on_timeout == "escalate" and not self.escalate_to:
+            return "on_timeout: escalate needs escalate_to (the groups or user:NAME to escalate to)"
+        if self.escalate_to and self.on_timeout != "escalate":
+            return "escalate_to belongs with on_timeout: escalate"
+        if self.on_timeout not in (None, "reject") and timeout is None:
+            return f"on_timeout: {self.on_timeout} needs a timeout (it never fires without one)"
+        return ""
+
+
+class Rule(_Deadline):
+    """One rule of a tool: when its CEL condition holds, allow, deny (with a reason), ask, or schedule.
+
+    An ask rule may carry its own deadline keys; a schedule rule's `at` (CEL) gives the time the call runs.
+    """
 
     name: Annotated[str, Field(strict=True, min_length=1, max_length=100)]
     when: StrictStr = "true"
@@ -88,11 +146,12 @@ class Rule(_Entry):
     reason: StrictStr = ""
     approvers: Approvers | None = None
     quorum: Quorum | None = None
+    at: StrictStr | None = None
 
-    @field_validator("when")
+    @field_validator("when", "at")
     @classmethod
-    def _compiles(cls, value: str) -> str:
-        problem = cel_problem(value)
+    def _compiles(cls, value: str | None) -> str | None:
+        problem = cel_problem(value) if value is not None else ""
         if problem:
             raise _problem(problem)
         return value
@@ -101,9 +160,22 @@ class Rule(_Entry):
     def _keys_fit_action(self) -> Rule:
         if self.action != "ask" and (self.approvers is not None or self.quorum is not None):
             raise _problem(f"approvers and quorum belong to ask rules, not to a {self.action} rule")
+        deadline = (self.timeout, self.on_timeout, self.escalate_to, self.remind_every)
+        if self.action != "ask" and any(key is not None for key in deadline):
+            raise _problem(f"timeout, on_timeout, escalate_to and remind_every belong to ask rules, not {self.action}")
         if self.reason and self.action != "deny":
             raise _problem("reason belongs to deny rules (it is what the model is told)")
+        if (self.action == "schedule") != (self.at is not None):
+            raise _problem("a schedule rule needs `at` (a CEL timestamp), and `at` belongs to schedule rules only")
+        problem = self._deadline_problem(self.timeout)
+        if problem:
+            raise _problem(problem)
         return self
+
+    @property
+    def at_program(self) -> Any:
+        """Return the compiled `at` expression of a schedule rule."""
+        return compile_cel(self.at or "now")
 
     @property
     def program(self) -> Any:
@@ -111,7 +183,7 @@ class Rule(_Entry):
         return compile_cel(self.when)
 
 
-class ToolPolicy(_Entry):
+class ToolPolicy(_Deadline):
     """What the calls of one tool need; the defaults are those of a tool listed under tool_overrides."""
 
     risk: Risk = "high"
@@ -125,8 +197,8 @@ class ToolPolicy(_Entry):
     four_eyes: Annotated[bool, Field(strict=True)] = False  # whoever started the run may not approve its calls
     grants: Annotated[bool, Field(strict=True)] = True
     rules: tuple[Rule, ...] = ()
-    # The next keys (timeout, on_timeout, escalate_to, remind_every) are a field each here,
-    # and a line each in `floor` below.
+    # timeout (timeout_seconds is its older name), on_timeout, escalate_to and remind_every come
+    # from _Deadline; `floor` below combines them.
 
     @field_validator("risk", mode="before")
     @classmethod
@@ -134,6 +206,20 @@ class ToolPolicy(_Entry):
         if value == "medium":
             raise _problem("'medium' is not a risk level: write high (a person decides) or low (it just runs)")
         return value
+
+    @model_validator(mode="after")
+    def _deadline_fits(self) -> ToolPolicy:
+        if self.timeout is not None and self.timeout_seconds is not None and self.timeout != self.timeout_seconds:
+            raise _problem("timeout_seconds is the older name of timeout: give one of them")
+        problem = self._deadline_problem(self.deadline_seconds)
+        if problem:
+            raise _problem(problem)
+        return self
+
+    @property
+    def deadline_seconds(self) -> float | None:
+        """Return the deadline in seconds (timeout, or its older name timeout_seconds), or None."""
+        return self.timeout if self.timeout is not None else self.timeout_seconds
 
     @field_validator("rules")
     @classmethod
@@ -192,7 +278,8 @@ def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
     """Combine the file's policy of a tool with an agent's own: either may gate it, neither may ungate it.
 
     Gated if either gates it; suspend if either gated one suspends (a suspended run cannot
-    act on the call before the decision, a deferred one can); the file's deadline first.
+    act on the call before the decision, a deferred one can); the file's deadline first
+    (an agent's own deadline may reject or escalate, never approve: that would ungate the call).
     The rules are the file's alone (an agent's own entry may not carry any), and either
     may turn remembered decisions off.
     """
@@ -204,7 +291,7 @@ def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
         update={
             "risk": "high",
             "hitl_mode": "suspend" if any(policy.hitl_mode == "suspend" for policy in gated) else "defer",
-            "timeout_seconds": next((policy.timeout_seconds for policy in gated if policy.timeout_seconds), None),
+            **_deadline_of(file if file.gated and file.deadline_seconds else own if own.gated else file, file),
             # Who may decide is the file's to say (an agent narrowing it to itself would be a
             # way around it); the agent may only ask for more approvers or for four eyes.
             "approvers": file.approvers or own.approvers,
@@ -213,6 +300,20 @@ def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
             "grants": grants,
         }
     )
+
+
+def _deadline_of(policy: ToolPolicy, file: ToolPolicy) -> dict[str, Any]:
+    """Return the deadline keys of the policy that sets the deadline; an agent's may not approve."""
+    on_timeout = policy.on_timeout
+    if policy is not file and on_timeout == "approve":
+        on_timeout = "reject"
+    return {
+        "timeout": policy.timeout,
+        "timeout_seconds": policy.timeout_seconds,
+        "on_timeout": on_timeout,
+        "escalate_to": policy.escalate_to,
+        "remind_every": policy.remind_every,
+    }
 
 
 @dataclass(frozen=True)
@@ -326,6 +427,9 @@ _FIELD_PROBLEMS = {
     "tools": "must be a list of tool names",
     "max_steps": "must be a whole number from 1 to 1000",
     "timeout_seconds": f"must be a positive number of seconds, at most {MAX_TIMEOUT_SECONDS}",
+    "timeout": DURATION_PROBLEM,
+    "remind_every": DURATION_PROBLEM,
+    "escalate_to": "must be a list of group names or user:NAME",
     "system_prompt": "must be text",
     "description": "must be text",
     "base_url": "must be text",

@@ -3,7 +3,8 @@
 1. deny rules → the call is refused, nobody is asked;
 2. a remembered decision (a standing grant), looked up through `grant_lookup`;
 3. allow rules → the call runs at once;
-4. ask rules, or the tool's own settings → a person decides (or, for a low-risk tool, it runs).
+4. schedule rules → the call waits until the time its `at` expression gives, then runs;
+5. ask rules, or the tool's own settings → a person decides (or, for a low-risk tool, it runs).
 
 A rule whose condition cannot be evaluated (a missing argument, a type error, a result
 that is not a boolean) fails closed: it counts as matching when it denies or asks, as not
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 from agents.policy.config import AgentSpec, Policy, Rule, ToolPolicy
 
-Action = Literal["allow", "deny", "ask"]
+Action = Literal["allow", "deny", "ask", "schedule"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,10 @@ class Verdict:
     four_eyes: bool = False
     mode: str = "suspend"
     timeout_seconds: float | None = None
+    on_timeout: str = "reject"  # what the deadline does: reject, approve or escalate
+    escalate_to: tuple[str, ...] = ()
+    remind_every_seconds: float | None = None
+    run_at: datetime | None = None  # a schedule rule's time
     grants: bool = True
     policy_version: str = ""
     grant_id: str = ""
@@ -92,7 +97,7 @@ class Verdict:
         """Return who decided automatically: "policy:<rule>", "grant:<id>", or "" when a person (or nobody) must."""
         if self.grant_id:
             return f"grant:{self.grant_id}"
-        if self.rule and self.action != "ask":
+        if self.rule and self.action not in ("ask", "schedule"):
             return f"policy:{self.rule}"
         return ""
 
@@ -112,6 +117,11 @@ class Verdict:
             "quorum": self.quorum,
             "four_eyes": self.four_eyes,
             "mode": self.mode,
+            "timeout_seconds": self.timeout_seconds,
+            "on_timeout": self.on_timeout,
+            "escalate_to": list(self.escalate_to),
+            "remind_every_seconds": self.remind_every_seconds,
+            "run_at": self.run_at.isoformat() if self.run_at else None,
             "grants": self.grants,
             "policy_version": self.policy_version,
         }
@@ -133,7 +143,10 @@ def evaluate(
         quorum=tool.quorum,
         four_eyes=tool.four_eyes,
         mode=tool.hitl_mode,
-        timeout_seconds=tool.timeout_seconds,
+        timeout_seconds=tool.deadline_seconds,
+        on_timeout=tool.on_timeout or "reject",
+        escalate_to=tuple(tool.escalate_to or ()),
+        remind_every_seconds=tool.remind_every,
         grants=tool.grants,
         policy_version=policy.version,
         listed=listed,
@@ -161,6 +174,14 @@ def evaluate(
         return replace(base, action=grant.action, grant_id=grant.id, reason=reason)
     for rule in (r for r in tool.rules if r.action == "allow" and matches(r)):
         return replace(base, action="allow", rule=rule.name, reason=said(f"allowed by rule {rule.name}"))
+    for rule in (r for r in tool.rules if r.action == "schedule" and matches(r)):
+        run_at, problem = _when(rule, variables)
+        if run_at is not None:
+            return replace(
+                base, action="schedule", rule=rule.name, reason=said(f"rule {rule.name} schedules"), run_at=run_at
+            )
+        failures.append(f"rule {rule.name!r} gave no time ({problem}): a person decides instead")
+        return replace(base, action="ask", rule=rule.name, reason=said(""))
     for rule in (r for r in tool.rules if r.action == "ask" and matches(r)):
         return replace(
             base,
@@ -169,8 +190,30 @@ def evaluate(
             reason=said(f"rule {rule.name} asks"),
             approvers=rule.approvers if rule.approvers is not None else base.approvers,
             quorum=rule.quorum or base.quorum,
+            **_rule_deadline(rule, base),
         )
     return replace(base, reason=said(""))
+
+
+def _rule_deadline(rule: Rule, base: Verdict) -> dict[str, Any]:
+    """Return an ask rule's deadline keys, each falling back to the tool's."""
+    return {
+        "timeout_seconds": rule.timeout if rule.timeout is not None else base.timeout_seconds,
+        "on_timeout": rule.on_timeout or base.on_timeout,
+        "escalate_to": rule.escalate_to if rule.escalate_to is not None else base.escalate_to,
+        "remind_every_seconds": rule.remind_every if rule.remind_every is not None else base.remind_every_seconds,
+    }
+
+
+def _when(rule: Rule, variables: dict[str, Any]) -> tuple[datetime | None, str]:
+    """Evaluate a schedule rule's `at`: (an aware timestamp, "") or (None, the problem)."""
+    try:
+        result = rule.at_program.execute(variables)
+    except Exception as exc:  # noqa: BLE001 — as _holds: a broken expression fails closed
+        return None, " ".join(str(exc).split())[:200] or type(exc).__name__
+    if not isinstance(result, datetime):
+        return None, f"`at` gave {type(result).__name__}, not a timestamp"
+    return (result if result.tzinfo else result.replace(tzinfo=UTC)), ""
 
 
 def _holds(rule: Rule, variables: dict[str, Any]) -> tuple[bool, str]:
@@ -219,6 +262,8 @@ def describe(verdict: Verdict) -> str:
         return f"denied by {verdict.decided_by}: {verdict.reason}"
     if verdict.action == "allow":
         return f"runs at once, allowed by {verdict.decided_by}" if verdict.automatic else "runs at once (low risk)"
+    if verdict.action == "schedule":
+        return f"waits until {verdict.run_at:%Y-%m-%d %H:%M:%S %Z} (rule {verdict.rule!r}), then runs"
     who = ", ".join(verdict.approvers) if verdict.approvers else "any reviewer"
     source = f"rule {verdict.rule!r}" if verdict.rule else "the tool's own settings"
     return f"asks ({verdict.mode}) by {source}: {verdict.quorum} approval(s) from {who}"

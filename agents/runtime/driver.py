@@ -33,7 +33,7 @@ from agents.runtime import execution, outputs
 from agents.runtime.history import model_messages
 from agents.services import LeaseLost, PlannedCall
 from agents.services.grants import grant_match
-from agents.tools import FeedbackRequired, InvalidArguments, Tool, ToolError, registry
+from agents.tools import FeedbackRequired, InvalidArguments, RunLater, Tool, ToolError, registry
 
 logger = logging.getLogger(__name__)
 
@@ -297,6 +297,8 @@ class _Driver:
                 status=ToolCall.Status.PROPOSED,
                 verdict=verdict if verdict.automatic else None,
             )
+        if verdict.action == "schedule":
+            return self._scheduled(call_id, tool.name, arguments, verdict)
         expires_at = timezone.now() + timedelta(seconds=verdict.timeout_seconds) if verdict.timeout_seconds else None
         output = None
         if verdict.mode == Approval.Mode.DEFER:
@@ -309,6 +311,20 @@ class _Driver:
             hitl_mode=verdict.mode,
             output=output,
             expires_at=expires_at,
+            verdict=verdict,
+        )
+
+    def _scheduled(self, call_id: str, name: str, arguments: dict[str, Any], verdict: Verdict) -> PlannedCall:
+        """Plan a call a schedule rule delays: a suspend approval its time (expires_at) runs; now: it runs."""
+        if verdict.run_at is None or verdict.run_at <= timezone.now():
+            return PlannedCall(call_id=call_id, name=name, arguments=arguments, status=ToolCall.Status.PROPOSED)
+        return PlannedCall(
+            call_id=call_id,
+            name=name,
+            arguments=arguments,
+            status=ToolCall.Status.AWAITING_APPROVAL,
+            hitl_mode=Approval.Mode.SUSPEND,
+            expires_at=verdict.run_at,
             verdict=verdict,
         )
 
@@ -376,6 +392,12 @@ class _Driver:
                 return True
             status = ToolCall.Status.FAILED
             output = outputs.error("TOOL_ERROR", f"{call.name} asked for a decision again after one was given")
+        except RunLater as exc:
+            if approval is None:  # a gated call was decided for now: its tool may not put it off
+                services.toolcall_schedule(owner=self.owner, tool_call=call, claimed_at=claimed_at, run_at=exc.when)
+                return True
+            status = ToolCall.Status.FAILED
+            output = outputs.error("TOOL_ERROR", f"{call.name} asked to run later again after its time came")
         self._finish(call, status, output, arguments)
         return False
 

@@ -8,7 +8,7 @@ from typing import Any
 from agents import services
 from agents.models import Approval, ToolCall
 from agents.runtime import outputs
-from agents.tools import FeedbackRequired, InvalidArguments, Tool, ToolContext, ToolError, registry
+from agents.tools import FeedbackRequired, InvalidArguments, RunLater, Tool, ToolContext, ToolError, registry
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,9 @@ def context(call: ToolCall, approval: Approval | None) -> ToolContext:
         approval_payload=approval.payload if approval else None,
         approval_note=approval.note if approval else "",
         edited=approval is not None and approval.arguments is not None,
+        released=approval is not None
+        and approval.on_timeout == Approval.OnTimeout.RUN
+        and approval.status == Approval.Status.APPROVED,
     )
 
 
@@ -35,7 +38,7 @@ def invoke(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[str
     """Call the tool; return (ToolCall status, output for the model). FeedbackRequired propagates."""
     try:
         result = tool(ctx, arguments)
-    except FeedbackRequired:
+    except (FeedbackRequired, RunLater):
         raise
     except ToolError as exc:
         return ToolCall.Status.FAILED, outputs.error(exc.code, exc.message)
@@ -79,6 +82,8 @@ def execute_deferred(tool_call_pk: int) -> str:
 def _invoke_deferred(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     try:
         return invoke(tool, ctx, arguments)
+    except RunLater:  # a deferred call was decided: it runs now, not later
+        return ToolCall.Status.FAILED, outputs.error("TOOL_ERROR", f"{tool.name} asked to run later after its decision")
     except FeedbackRequired:  # asked again after approval: the decision was the answer
         return ToolCall.Status.FAILED, outputs.error(
             "TOOL_ERROR", f"{tool.name} asked for a decision again after one was given"

@@ -11,6 +11,13 @@ from agents.services.approvals import (
     approval_refuse,
 )
 from agents.services.audit import audit_append, audit_verify
+from agents.services.deadlines import (
+    approval_deadline_fire,
+    approval_deadlines_due,
+    approval_extend,
+    approval_remind_due,
+    toolcall_run_now,
+)
 from agents.services.effects import sideeffect_record
 from agents.services.errors import (
     AlreadyDecided,
@@ -43,6 +50,7 @@ from agents.services.steps import (
     toolcall_finish,
     toolcall_mark_in_doubt,
     toolcall_record_result,
+    toolcall_schedule,
 )
 from agents.services.tokens import token_authenticate, token_create, token_revoke
 from agents.services.users import role_groups_ensure, user_create, user_set_groups, user_set_password
@@ -60,10 +68,14 @@ __all__ = [
     "Remember",
     "ServiceError",
     "WrongState",
+    "approval_deadline_fire",
+    "approval_deadlines_due",
     "approval_decide",
     "approval_expire",
     "approval_expire_due",
+    "approval_extend",
     "approval_refuse",
+    "approval_remind_due",
     "audit_append",
     "audit_verify",
     "grant_create",
@@ -92,6 +104,8 @@ __all__ = [
     "toolcall_finish",
     "toolcall_mark_in_doubt",
     "toolcall_record_result",
+    "toolcall_run_now",
+    "toolcall_schedule",
     "user_create",
     "user_set_groups",
     "user_set_password",

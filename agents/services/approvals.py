@@ -408,9 +408,23 @@ def approval_expire(*, approval: Approval, actor: str, reason: str, resume: bool
 
 
 def approval_expire_due() -> int:
-    """Expire every pending approval whose deadline has passed; return how many."""
-    due = Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lt=timezone.now())
-    return sum(approval_expire(approval=a, actor="system", reason="no decision before the deadline") for a in due)
+    """Give every pending approval past its deadline its outcome (agents.services.deadlines); return how many."""
+    from agents.services.deadlines import approval_deadlines_due
+
+    return approval_deadlines_due()
+
+
+def approval_approve_as(*, approval: Approval, actor: str, note: str, attempt: Attempt | None = None) -> bool:
+    """Approve a pending approval without votes: its deadline (or a schedule) says so, or a reviewer runs it now.
+
+    The caller holds the run's row lock; the compare-and-set in _conclude makes a second call a no-op.
+    """
+    locked = Approval.objects.select_for_update().select_related("tool_call", "run").get(pk=approval.pk)
+    if locked.status != Approval.Status.PENDING:
+        return False
+    attempt = attempt or Attempt(actor=actor, source=AuditEntry.Source.SYSTEM)
+    _conclude(locked, _Ask(Approval.Status.APPROVED, attempt, note, "", None, locked.payload, None))
+    return True
 
 
 def _detail(approval: Approval) -> dict[str, Any]:

@@ -9,7 +9,6 @@ each time it would apply, against the policy as it is then. A deny rule always w
 
 from __future__ import annotations
 
-import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,6 +21,7 @@ from django.utils import timezone
 
 from agents import text
 from agents.models import Approval, AuditEntry, Grant, arguments_digest
+from agents.policy import config
 from agents.policy.config import ConfigError, ToolPolicy, agent_for, get_policy
 from agents.policy.rules import CallFacts, GrantMatch, Verdict, _holds
 from agents.services import eligibility
@@ -31,8 +31,6 @@ from agents.services.errors import InvalidInput, NotFound, NotPermitted
 ADMIN = "agents.view_auditentry"  # the admin role's permission: admins may revoke anyone's grant
 MIN_SECONDS = 60
 MAX_SECONDS = 7 * 24 * 3600  # a week: a standing decision is reviewed again at least that often
-_DURATION = re.compile(r"^\s*(\d{1,6})\s*([smhd])\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclass(frozen=True)
@@ -59,10 +57,10 @@ class Remember:
 
 def parse_duration(value: str) -> int:
     """Return the seconds of a duration like 30m, 1h, 8h, 24h or 7d; raise InvalidInput otherwise."""
-    found = _DURATION.match(value)
-    if found is None:
-        raise InvalidInput(f"{value!r} is not a duration: write 30m, 1h, 8h, 24h or 7d", field="remember")
-    return int(found[1]) * _UNIT_SECONDS[found[2]]
+    try:
+        return int(config.parse_duration(value))
+    except (ValueError, TypeError):
+        raise InvalidInput(f"{value!r} is not a duration: write 30m, 1h, 8h, 24h or 7d", field="remember") from None
 
 
 # -- creating -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from agents.models import Approval, AuditEntry, Message, Run, RunEvent, ToolCall
 from agents.policy.rules import Verdict
 from agents.services import grants
 from agents.services.audit import audit_append
+from agents.services.deadlines import deadline_schedule
 from agents.services.runs import run_write
 
 
@@ -138,6 +139,12 @@ def _approval(
         approval.quorum = verdict.quorum
         approval.four_eyes = verdict.four_eyes
         approval.policy_version = verdict.policy_version
+        approval.on_timeout = Approval.OnTimeout.RUN if verdict.action == "schedule" else verdict.on_timeout
+        approval.escalate_to = list(verdict.escalate_to)
+        approval.remind_every_seconds = verdict.remind_every_seconds
+    if expires_at is not None:
+        # Every pending approval is built here (runtime, gateway): its deadline fires on time from here.
+        deadline_schedule(approval_id=approval.id, when=expires_at)
     return approval
 
 
@@ -285,6 +292,26 @@ def toolcall_ask(
         event = _approval_required(tool_call, request=request, suspended=False)
         events.record(run_id=tool_call.run_id, last_seq=last, items=[event])
         notify.announce("approval.required", approval.id)
+    return approval
+
+
+def toolcall_schedule(*, owner: str, tool_call: ToolCall, claimed_at: datetime, run_at: datetime) -> Approval:
+    """Turn a claimed call whose tool asked to run later (run_at) into a scheduled suspend approval.
+
+    The tool stopped before doing anything, so its claim is handed back: it runs once, at
+    `run_at` (the approval's deadline runs it) or when a reviewer says "run now".
+    """
+    tool_call.hitl_mode = Approval.Mode.SUSPEND
+    verdict = Verdict(action="schedule", run_at=run_at)
+    with transaction.atomic():
+        last = run_write(run_id=tool_call.run_id, owner=owner, events=1)
+        ToolCall.objects.filter(pk=tool_call.pk, executed_at=claimed_at).update(
+            executed_at=None, status=ToolCall.Status.AWAITING_APPROVAL, hitl_mode=tool_call.hitl_mode
+        )
+        approval = _approval(tool_call, mode=tool_call.hitl_mode, request=None, expires_at=run_at, verdict=verdict)
+        approval.save(force_insert=True)
+        data = {**_approval_required(tool_call, request=None, suspended=False)[1], "run_at": run_at.isoformat()}
+        events.record(run_id=tool_call.run_id, last_seq=last, items=[(RunEvent.Type.APPROVAL_REQUIRED, data)])
     return approval
 
 

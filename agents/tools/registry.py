@@ -7,7 +7,9 @@ def refund_request(ctx: ToolContext, order_id: str, amount_cents: int) -> dict: 
 `check` runs on validated arguments before anyone is asked; a ToolError from it goes back
 to the model and no approval is opened. A tool may ask a person itself by calling
 `feedback_required(payload)` before it does anything; it is then called again, once, with
-the reviewer's payload in `ctx.approval_payload`.
+the reviewer's payload in `ctx.approval_payload`. A tool may ask to run later with
+`run_at(when)` (outside business hours, say): the run suspends until then, and the tool is
+called again, once, at that time or when a reviewer says "run now"; `run_at` then returns.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import importlib
 import inspect
 import json
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, NoReturn, get_type_hints
 
 from django.conf import settings
@@ -36,6 +40,7 @@ class ToolContext:
     approval_payload: dict[str, Any] | None = None
     approval_note: str = ""
     edited: bool = False
+    released: bool = False  # a scheduled call whose time came (or a reviewer said run now): run_at returns
 
 
 class ToolError(Exception):
@@ -58,6 +63,26 @@ class FeedbackRequired(Exception):
 def feedback_required(payload: dict[str, Any]) -> NoReturn:
     """Ask a person for a decision with this payload; the tool runs again with their answer."""
     raise FeedbackRequired(payload)
+
+
+class RunLater(Exception):
+    """Raised by a tool, before any side effect, to run at a later time."""
+
+    def __init__(self, when: datetime) -> None:
+        super().__init__(f"run later, at {when.isoformat()}")
+        self.when = when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+# Set while a released scheduled call runs, so that its tool's run_at(...) lets it through.
+_released: ContextVar[bool] = ContextVar("agentfast_released", default=False)
+
+
+def run_at(when: datetime) -> None:
+    """Return at once if `when` has come (or the call was released); otherwise suspend the run until then."""
+    aware = when if when.tzinfo else when.replace(tzinfo=UTC)
+    if _released.get() or aware <= datetime.now(UTC):
+        return
+    raise RunLater(aware)
 
 
 class InvalidArguments(Exception):
@@ -119,7 +144,11 @@ class Tool:
             self.check(**arguments)
 
     def __call__(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
-        return self.func(ctx, **arguments)
+        token = _released.set(ctx.released)
+        try:
+            return self.func(ctx, **arguments)
+        finally:
+            _released.reset(token)
 
 
 def _bool_coerced(given: Any, validated: Any, where: str = "") -> str | None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from agents import services
-from agents.tools import ToolContext, tool
+from agents.tools import ToolContext, run_at, tool
 
 
 @tool
@@ -31,3 +32,13 @@ def charge_card(ctx: ToolContext, customer: str, amount_cents: int) -> dict[str,
 def explode(ctx: ToolContext, reason: str) -> dict[str, Any]:
     """Raise an unexpected exception (a buggy tool)."""
     raise RuntimeError(reason)
+
+
+@tool
+def charge_after_hours(ctx: ToolContext, customer: str, not_before: str) -> dict[str, Any]:
+    """Charge a customer's card, but not before a time (ISO 8601): the run waits until then."""
+    run_at(datetime.fromisoformat(not_before))
+    services.sideeffect_record(
+        tool="charge_after_hours", idempotency_key=ctx.idempotency_key, arguments={"c": customer}
+    )
+    return {"charged": customer}

@@ -1,0 +1,191 @@
+"""Deadlines with a defined end, reminders, and scheduled calls (DESIGN.md "Time and reach").
+
+A pending approval's deadline (`expires_at`) ends it the way its policy said (`on_timeout`):
+reject (the model reads APPROVAL_EXPIRED), approve (the call runs, decided by "deadline"),
+or escalate (the `escalate_to` approvers are added and told, and the deadline restarts
+once; the second expiry rejects). A scheduled call is a suspend approval whose deadline
+runs it (`on_timeout` "run", decided by "schedule").
+
+Each deadline fires from a Celery task scheduled with `eta` when it is set (on commit), so
+it fires on time; the sweeper's pass over the database fires any whose message was lost
+(every process restarted). Firing is a compare-and-set: the two never both act.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents import notify
+from agents.models import Approval, AuditEntry
+from agents.policy.config import MAX_TIMEOUT_SECONDS
+from agents.services.approvals import Attempt, _lock_run, approval_approve_as, approval_expire
+from agents.services.audit import audit_append
+from agents.services.eligibility import refusal_for_name
+from agents.services.errors import InvalidInput, NotFound, NotPermitted, WrongState
+
+logger = logging.getLogger(__name__)
+
+DEADLINE = "deadline"  # who decided when the deadline approved
+SCHEDULE = "schedule"  # who decided when a scheduled call's time came
+
+
+def deadline_schedule(*, approval_id: str, when: datetime) -> None:
+    """Fire the approval's deadline at `when`, from a Celery task enqueued once the transaction commits."""
+    transaction.on_commit(lambda: _enqueue(approval_id, when))
+
+
+def _enqueue(approval_id: str, when: datetime) -> None:
+    from agents.tasks import approval_deadline
+
+    try:
+        approval_deadline.apply_async(args=[approval_id], eta=when)
+    except Exception as exc:  # noqa: BLE001 — a broker that is down: the sweeper fires it instead
+        logger.warning("could not schedule the deadline of %s (the sweeper will fire it): %s", approval_id, exc)
+
+
+def approval_deadline_fire(*, approval_id: str) -> str:
+    """Give a pending approval past its deadline its outcome; return it ("" when nothing was due).
+
+    1. Under the run's row lock (the order decisions and cancels take), re-read the approval:
+       a decision, an extension or an earlier firing since the task was scheduled wins.
+    2. Escalate once (when asked and not done yet), approve, run (scheduled), or expire.
+    """
+    with transaction.atomic():
+        run_id = Approval.objects.filter(pk=approval_id).values_list("run_id", flat=True).first()
+        if run_id is None:
+            return ""
+        _lock_run(run_id)
+        approval = Approval.objects.select_for_update().get(pk=approval_id)
+        now = timezone.now()
+        if approval.status != Approval.Status.PENDING or approval.expires_at is None or approval.expires_at > now:
+            return ""
+        outcome = approval.on_timeout
+        if outcome == Approval.OnTimeout.ESCALATE and approval.escalated_at is None and approval.escalate_to:
+            _escalate(approval, now)
+            return "escalated"
+        if outcome == Approval.OnTimeout.APPROVE:
+            approval_approve_as(approval=approval, actor=DEADLINE, note="approved by its deadline: nobody decided")
+            return "approved"
+        if outcome == Approval.OnTimeout.RUN:
+            approval_approve_as(approval=approval, actor=SCHEDULE, note="its scheduled time came")
+            return "run"
+        reason = "no decision before the deadline" + (
+            " (escalated, still no decision)" if approval.escalated_at else ""
+        )
+        approval_expire(approval=approval, actor="system", reason=reason)
+        return "expired"
+
+
+def _escalate(approval: Approval, now: datetime) -> None:
+    """Add the escalation's approvers, restart the deadline once, audit and notify."""
+    # An approval open to any reviewer stays open: narrowing it to escalate_to would lock out the first approvers.
+    approvers = approval.approvers + [name for name in approval.escalate_to if name not in approval.approvers]
+    approvers = approvers if approval.approvers else []
+    expires_at = now + ((approval.expires_at or now) - approval.created_at)
+    Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
+        approvers=approvers, escalated_at=now, expires_at=expires_at
+    )
+    audit_append(
+        approval_id=approval.pk,
+        run_id=approval.run_id,
+        tool=approval.tool,
+        action="escalated",
+        actor="system",
+        source=AuditEntry.Source.SYSTEM,
+        outcome=AuditEntry.Outcome.DECIDED,
+        detail={"escalate_to": approval.escalate_to, "approvers": approvers, "expires_at": expires_at.isoformat()},
+    )
+    notify.announce("approval.escalated", approval.pk)
+    deadline_schedule(approval_id=approval.pk, when=expires_at)
+
+
+def approval_deadlines_due() -> int:
+    """Fire every deadline that has passed (the sweeper's fallback for lost eta tasks); return how many fired."""
+    due = Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lte=timezone.now())
+    return sum(bool(approval_deadline_fire(approval_id=pk)) for pk in due.values_list("pk", flat=True))
+
+
+def approval_extend(*, approval_id: str, by_seconds: float, attempt: Attempt) -> Approval:
+    """Push a pending approval's deadline later by `by_seconds`; only someone who may decide it may, audited."""
+    if (
+        isinstance(by_seconds, bool)
+        or not isinstance(by_seconds, (int, float))
+        or not 0 < by_seconds <= MAX_TIMEOUT_SECONDS
+    ):
+        raise InvalidInput(
+            f"by_seconds must be a positive number of seconds, at most {MAX_TIMEOUT_SECONDS}", field="by_seconds"
+        )
+    approval = Approval.objects.select_related("run").filter(pk=approval_id).first()
+    if approval is None:
+        raise NotFound(f"no approval {approval_id[:200]}")
+    reason = refusal_for_name(attempt.decider, approval)
+    if reason is not None:
+        _audit_extend(approval, attempt, AuditEntry.Outcome.NOT_PERMITTED, {"error": reason, "by_seconds": by_seconds})
+        raise NotPermitted(reason, field="by")
+    with transaction.atomic():
+        _lock_run(approval.run_id)
+        locked = Approval.objects.select_for_update().get(pk=approval_id)
+        if locked.status != Approval.Status.PENDING or locked.expires_at is None:
+            state = "has no deadline" if locked.status == Approval.Status.PENDING else f"is {locked.status}"
+            raise WrongState(f"approval {approval_id} {state}: there is no deadline to extend")
+        before = locked.expires_at
+        locked.expires_at = max(before, timezone.now()) + timedelta(seconds=by_seconds)
+        Approval.objects.filter(pk=approval_id).update(expires_at=locked.expires_at)
+        detail = {"by_seconds": by_seconds, "from": before.isoformat(), "to": locked.expires_at.isoformat()}
+        _audit_extend(locked, attempt, AuditEntry.Outcome.DECIDED, detail)
+        deadline_schedule(approval_id=approval_id, when=locked.expires_at)
+    return locked
+
+
+def _audit_extend(approval: Approval, attempt: Attempt, outcome: str, detail: dict[str, object]) -> None:
+    audit_append(
+        approval_id=approval.pk,
+        run_id=approval.run_id,
+        tool=approval.tool,
+        action="extended",
+        actor=attempt.actor,
+        on_behalf_of=attempt.on_behalf_of,
+        source=attempt.source,
+        origin=attempt.origin,
+        outcome=outcome,
+        detail=detail,
+    )
+
+
+def approval_remind_due() -> int:
+    """Send `approval.reminder` for each pending approval whose reminder interval has passed; return how many."""
+    now = timezone.now()
+    sent = 0
+    waiting = Approval.objects.filter(status=Approval.Status.PENDING, remind_every_seconds__isnull=False)
+    for approval in waiting.only("pk", "created_at", "last_reminded_at", "remind_every_seconds"):
+        last = approval.last_reminded_at or approval.created_at
+        if last + timedelta(seconds=approval.remind_every_seconds or 0) > now:
+            continue
+        # A compare-and-set on the last reminder: two sweepers never remind twice for one interval.
+        with transaction.atomic():
+            claimed = Approval.objects.filter(
+                pk=approval.pk, status=Approval.Status.PENDING, last_reminded_at=approval.last_reminded_at
+            ).update(last_reminded_at=now)
+            if claimed:
+                notify.announce("approval.reminder", approval.pk)
+                sent += 1
+    return sent
+
+
+def toolcall_run_now(*, approval_id: str, attempt: Attempt) -> Approval:
+    """Run a scheduled call now instead of at its time: someone who may decide it says so, audited."""
+    approval = Approval.objects.select_related("run").filter(pk=approval_id, on_timeout=Approval.OnTimeout.RUN).first()
+    if approval is None:
+        raise NotFound(f"no scheduled call {approval_id[:200]}")
+    reason = refusal_for_name(attempt.decider, approval)
+    if reason is not None:
+        raise NotPermitted(reason, field="by")
+    with transaction.atomic():
+        _lock_run(approval.run_id)
+        if not approval_approve_as(approval=approval, actor=attempt.decider, note="run now", attempt=attempt):
+            raise WrongState(f"{approval_id} is no longer scheduled")
+    return Approval.objects.get(pk=approval_id)

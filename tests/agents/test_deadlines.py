@@ -1,0 +1,304 @@
+"""Deadlines with a defined end (reject, approve, escalate), extensions, reminders; on time and after restarts."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from agents import services
+from agents.models import Approval, AuditEntry, Run, SideEffect
+from agents.notify.models import Delivery
+from agents.policy.config import ConfigError, get_policy
+from agents.services.deadlines import approval_deadline_fire, approval_extend, approval_remind_due
+from dashboard import cli
+from tests.conftest import wait_for
+from tests.support.flows import pending, resume, start, tool_outputs
+
+REFUND = "Refund order A1001 for 25.00 USD"
+CONFIG = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request, send_email, ask_human]
+tool_overrides:
+  refund_request: {refund}
+notifications:
+  - kind: email
+    to: [group:finance, group:managers]
+"""
+
+
+@pytest.fixture
+def deadline(agent_config: Callable[[str], Path], alice: User, bob: User) -> Callable[..., Path]:
+    """Configure refund_request with these deadline keys; alice is in finance, bob in managers.
+
+    fiona (finance) and max (managers) have mail addresses: the notifications reach them.
+    """
+    services.user_set_groups(username="alice", groups=("finance",))
+    services.user_set_groups(username="bob", groups=("managers",))
+    services.user_create(username="fiona", role="reviewer", email="fiona@example.com", groups=("finance",))
+    services.user_create(username="max", role="reviewer", email="max@example.com", groups=("managers",))
+
+    def configure(**keys: Any) -> Path:
+        return agent_config(CONFIG.format(refund=json.dumps({"risk": "high", "approvers": ["finance"], **keys})))
+
+    return configure
+
+
+def past_deadline(approval: Approval) -> Approval:
+    """Wait (in this process) until the approval's deadline has passed; return it fresh."""
+    approval.refresh_from_db()
+    time.sleep(max(0.0, (approval.expires_at - timezone.now()).total_seconds()) + 0.01)
+    return approval
+
+
+def deliveries(approval: Approval, event_type: str) -> list[Delivery]:
+    return list(Delivery.objects.filter(approval_id=approval.id, event_type=event_type))
+
+
+def test_it_reads_durations_and_keeps_timeout_seconds_as_an_alias(deadline):
+    deadline(timeout="4h", remind_every="30m")
+    refund = get_policy().tool_policy("refund_request")
+    assert (refund.deadline_seconds, refund.remind_every) == (14400, 1800)
+    deadline(timeout_seconds=90)
+    assert get_policy().tool_policy("refund_request").deadline_seconds == 90
+    deadline(timeout="90s", on_timeout="escalate", escalate_to=["managers"])
+    assert get_policy().tool_policy("refund_request").on_timeout == "escalate"
+
+
+@pytest.mark.parametrize(
+    ("keys", "problem"),
+    [
+        ({"timeout": "soon"}, "refund_request.timeout: must be a duration like 90s"),
+        ({"timeout": "1h", "on_timeout": "escalate"}, "on_timeout: escalate needs escalate_to"),
+        ({"on_timeout": "approve"}, "on_timeout: approve needs a timeout"),
+        ({"timeout": "1h", "timeout_seconds": 60}, "timeout_seconds is the older name of timeout"),
+        ({"timeout": "1h", "on_timeout": "later"}, "must be one of reject, approve, escalate"),
+    ],
+)
+def test_it_refuses_deadline_keys_that_cannot_work(deadline, keys, problem):
+    deadline(**keys)
+
+    with pytest.raises(ConfigError, match=problem):
+        get_policy()
+
+
+def test_it_rejects_at_the_deadline_and_the_model_reads_approval_expired(deadline):
+    deadline(timeout=0.2)
+    run = start(REFUND)
+    [approval] = pending(run)
+    assert approval_deadline_fire(approval_id=approval.id) == ""  # not due yet
+
+    assert approval_deadline_fire(approval_id=past_deadline(approval).id) == "expired"
+    run = resume(run)
+
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("expired", "system")
+    assert tool_outputs(run)[-1]["error_code"] == "APPROVAL_EXPIRED"
+    assert run.status == Run.Status.COMPLETED
+    assert not SideEffect.objects.exists()
+
+
+def test_it_approves_at_the_deadline_audited_as_the_deadlines_decision(deadline):
+    deadline(timeout=0.2, on_timeout="approve")
+    run = start(REFUND)
+    [approval] = pending(run)
+
+    assert approval_deadline_fire(approval_id=past_deadline(approval).id) == "approved"
+    run = resume(run)
+
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("approved", "deadline")
+    entry = AuditEntry.objects.get(approval_id=approval.id, action="approved")
+    assert (entry.actor, entry.source, entry.outcome) == ("deadline", "system", "decided")
+    assert tool_outputs(run)[-1]["ok"] is True
+    assert SideEffect.objects.filter(tool="refund_request").count() == 1
+
+
+def test_it_escalates_once_then_rejects_at_the_second_expiry(deadline, django_capture_on_commit_callbacks):
+    deadline(timeout=0.3, on_timeout="escalate", escalate_to=["managers", "user:carol"])
+    run = start(REFUND)
+    [approval] = pending(run)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert approval_deadline_fire(approval_id=past_deadline(approval).id) == "escalated"
+
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+    assert approval.approvers == ["finance", "managers", "user:carol"]
+    assert approval.escalated_at is not None and approval.expires_at > approval.escalated_at
+    assert AuditEntry.objects.filter(approval_id=approval.id, action="escalated").count() == 1
+    assert {d.target for d in deliveries(approval, "approval.escalated")} == {"fiona", "max"}
+
+    assert approval_deadline_fire(approval_id=past_deadline(approval).id) == "expired"
+    approval.refresh_from_db()
+    assert approval.status == "expired"
+    assert "escalated" in approval.note
+    assert tool_outputs(resume(run))[-1]["error_code"] == "APPROVAL_EXPIRED"
+
+
+def test_it_lets_an_escalation_approver_decide(deadline):
+    deadline(timeout=0.2, on_timeout="escalate", escalate_to=["managers"])
+    [approval] = pending(start(REFUND))
+    with pytest.raises(services.NotPermitted):
+        services.approval_decide(
+            approval_id=approval.id, decision="approved", attempt=services.Attempt(actor="bob", source="cli")
+        )
+
+    approval_deadline_fire(approval_id=past_deadline(approval).id)
+
+    decision = services.approval_decide(
+        approval_id=approval.id, decision="approved", attempt=services.Attempt(actor="bob", source="cli")
+    )
+    assert decision.approval.status == "approved"
+
+
+def test_it_lets_a_decision_before_the_deadline_win(deadline):
+    deadline(timeout=0.2, on_timeout="approve")
+    [approval] = pending(start(REFUND))
+    services.approval_decide(
+        approval_id=approval.id, decision="rejected", attempt=services.Attempt(actor="alice", source="cli")
+    )
+
+    assert approval_deadline_fire(approval_id=past_deadline(approval).id) == ""
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("rejected", "alice")
+
+
+def test_it_extends_a_deadline_for_an_eligible_approver_only_audited(deadline):
+    deadline(timeout="1h")
+    [approval] = pending(start(REFUND))
+    before = approval.expires_at
+
+    extended = approval_extend(
+        approval_id=approval.id, by_seconds=1800, attempt=services.Attempt(actor="alice", source="cli")
+    )
+    with pytest.raises(services.NotPermitted, match="not among the approvers"):
+        approval_extend(approval_id=approval.id, by_seconds=1800, attempt=services.Attempt(actor="bob", source="cli"))
+
+    assert (extended.expires_at - before).total_seconds() == 1800
+    approval.refresh_from_db()
+    assert approval.expires_at == extended.expires_at  # bob's refusal changed nothing
+    outcomes = dict(
+        AuditEntry.objects.filter(approval_id=approval.id, action="extended").values_list("actor", "outcome")
+    )
+    assert outcomes == {"alice": "decided", "bob": "not_permitted"}
+
+
+def test_it_refuses_to_extend_nothing_or_by_nonsense(deadline):
+    deadline()  # no timeout
+    [approval] = pending(start(REFUND))
+    alice = services.Attempt(actor="alice", source="cli")
+
+    with pytest.raises(services.WrongState, match="no deadline"):
+        approval_extend(approval_id=approval.id, by_seconds=60, attempt=alice)
+    with pytest.raises(services.InvalidInput, match="by_seconds"):
+        approval_extend(approval_id=approval.id, by_seconds=-5, attempt=alice)
+
+
+def test_it_extends_from_the_cli_and_the_api(deadline, alice, capsys):
+    deadline(timeout="1h")
+    [approval] = pending(start(REFUND))
+
+    code = cli.main(["approvals", "extend", approval.id, "--by", "alice", "--for", "30m"])
+    out = capsys.readouterr().out
+    client = Client()
+    client.force_login(alice)
+    response = client.post(f"/api/approvals/{approval.id}/extend", {"by_seconds": 600}, content_type="application/json")
+    refused = cli.main(["approvals", "extend", approval.id, "--by", "bob", "--for", "soon"])
+    err = capsys.readouterr().err
+
+    assert code == 0 and "until" in out
+    assert response.status_code == 200, response.content
+    assert response.json()["expires_at"]
+    assert refused == 1 and "--for" in err
+    assert AuditEntry.objects.filter(approval_id=approval.id, action="extended", outcome="decided").count() == 2
+
+
+def test_it_refuses_an_api_extend_by_someone_who_may_not_decide(deadline, bob):
+    deadline(timeout="1h")
+    [approval] = pending(start(REFUND))
+    client = Client()
+    client.force_login(bob)
+
+    response = client.post(f"/api/approvals/{approval.id}/extend", {"by_seconds": 600}, content_type="application/json")
+
+    assert response.status_code == 403
+    assert response.json()["error_code"]
+
+
+def test_it_sends_reminders_while_a_call_waits(deadline, django_capture_on_commit_callbacks):
+    deadline(remind_every=0.2)
+    [approval] = pending(start(REFUND))
+    assert approval_remind_due() == 0  # the first interval has not passed
+
+    time.sleep(0.25)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert approval_remind_due() == 1
+        assert approval_remind_due() == 0  # once per interval
+
+    assert {d.target for d in deliveries(approval, "approval.reminder")} == {"fiona", "max"}
+    services.approval_decide(
+        approval_id=approval.id, decision="approved", attempt=services.Attempt(actor="alice", source="cli")
+    )
+    time.sleep(0.25)
+    assert approval_remind_due() == 0  # decided: no more reminders
+
+
+@pytest.mark.integration
+def test_it_fires_a_deadline_on_time_through_its_eta_task(deadline, start_worker):
+    # The sweeper is slowed to once an hour: only the task scheduled at the deadline can fire it.
+    deadline(timeout=1)
+    start_worker(AGENTFAST_SWEEP_SECONDS="3600")
+    run = services.run_create(agent="support", input=REFUND, created_by="bob")
+
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED, what="the deadline to end the run")
+
+    approval = Approval.objects.get(run=run)
+    assert (approval.status, approval.decided_by) == ("expired", "system")
+    assert tool_outputs(run)[-1]["error_code"] == "APPROVAL_EXPIRED"
+
+
+@pytest.mark.integration
+def test_it_fires_deadlines_after_the_worker_and_beat_restarted(deadline, start_worker):
+    # The first worker holds the eta message and dies before the deadline; its sweeper never runs.
+    deadline(timeout=2, on_timeout="approve")
+    first = start_worker(AGENTFAST_SWEEP_SECONDS="3600")
+    run = services.run_create(agent="support", input=REFUND, created_by="bob")
+    wait_for(lambda: Approval.objects.filter(run=run).exists(), what="the pause")
+    first.kill()
+
+    start_worker()  # a fresh worker and beat: the sweeper finds the overdue deadline in the database
+
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == Run.Status.COMPLETED, what="the deadline to approve")
+    approval = Approval.objects.get(run=run)
+    assert (approval.status, approval.decided_by) == ("approved", "deadline")
+    assert SideEffect.objects.filter(tool="refund_request").count() == 1
+
+
+def test_it_shows_the_countdown_and_extends_from_the_card(deadline, alice, bob):
+    deadline(timeout="1h")
+    [approval] = pending(start(REFUND))
+    client, outsider = Client(), Client()
+    client.force_login(alice)
+    outsider.force_login(bob)
+    htmx = {"HTTP_HX_REQUEST": "true"}
+
+    inbox = client.get("/").content.decode()
+    refused = outsider.post(f"/approvals/{approval.id}/extend", {"by_seconds": "600"}, **htmx)
+    extended = client.post(f"/approvals/{approval.id}/extend", {"by_seconds": "600"}, **htmx)
+
+    assert f'id="deadline-{approval.id}"' in inbox and "data-deadline" in inbox
+    assert 'data-action="extend"' in inbox
+    assert refused.status_code == 403
+    assert extended.status_code == 200 and "data-deadline" in extended.content.decode()
+    actors = list(AuditEntry.objects.filter(approval_id=approval.id, action="extended").values_list("actor", "source"))
+    assert sorted(actors) == [("alice", "web"), ("bob", "web")]
