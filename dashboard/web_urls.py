@@ -8,6 +8,8 @@ from dashboard import policy_views, views
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
+    path("approvals/bulk", views.approval_bulk, name="approval-bulk"),
+    path("inbox/filters", views.inbox_filter_save, name="inbox-filter-save"),
     path("approvals/<str:approval_id>", views.approval_detail, name="approval"),
     path("approvals/<str:approval_id>/decide", views.approval_decide, name="approval-decide"),
     path("runs", views.run_list, name="runs"),
