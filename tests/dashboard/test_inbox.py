@@ -55,7 +55,10 @@ def test_it_filters_by_agent_and_tool(client_for, alice):
     filtered = client.get("/?agent=nobody").content.decode()
     assert card_ids(filtered) == [] and "No approvals waiting for these filters" in filtered
     # The live socket filters the same way.
-    assert 'ws-connect="/ws/inbox/?tool=send_email&amp;page=1&amp;last=1"' in client.get("/?tool=send_email").content.decode()
+    assert (
+        'ws-connect="/ws/inbox/?tool=send_email&amp;page=1&amp;last=1"'
+        in client.get("/?tool=send_email").content.decode()
+    )
 
 
 def test_it_paginates(client_for, alice, monkeypatch):
