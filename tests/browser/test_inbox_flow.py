@@ -75,6 +75,8 @@ def test_it_shows_a_paused_call_to_every_reviewer_and_runs_the_edited_approval(s
     alices.page.fill("#id_arguments", '{"order_id": "A1001", "amount_cents": 1500}')
     alices.page.fill("#id_note", "Half now, the rest after the return arrives.")
     alices.page.click("button[value=approved]")
+    assert "amount_cents: 2500 → 1500" in alices.page.inner_text(".diff-preview")  # shown before it is sent
+    alices.page.click("[data-preview-send]")
     alices.page.wait_for_selector("#decision .decided-line")
     assert "Approved by alice" in alices.page.inner_text("#decision")
     assert alices.page.inner_text("#approval-status") == "approved"
@@ -128,6 +130,7 @@ def test_it_shows_a_hostile_email_as_text_everywhere_and_runs_no_script(start_wo
     page.fill("#id_note", f"checked {XSS_PAYLOAD}")
     page.fill("#id_arguments", page.input_value("#id_arguments").replace(XSS_PAYLOAD, XSS_PAYLOAD + " (ok)"))
     page.click("button[value=approved]")
+    page.click("[data-preview-send]")
     page.wait_for_selector("#decision .decided-line")
     wait_for(lambda: SideEffect.objects.exists(), what="the deferred email to be sent")
     page.goto(f"/runs/{run_id}")
