@@ -195,7 +195,7 @@ class ApprovalConsumer(_GroupConsumer):
 
     def connect(self) -> None:
         super().connect()
-        if getattr(self, "group", "") and hasattr(self, "presence_group"):
+        if self.group and hasattr(self, "presence_group"):
             async_to_sync(self.channel_layer.group_add)(self.presence_group, self.channel_name)
             self.groups_joined.append(self.presence_group)
             _redis().hset(self.presence_key, self.channel_name, self.scope["user"].get_username())
@@ -203,7 +203,7 @@ class ApprovalConsumer(_GroupConsumer):
             self._announce()
 
     def disconnect(self, code: int) -> None:
-        if hasattr(self, "presence_key") and getattr(self, "group", ""):
+        if self.group and hasattr(self, "presence_key"):
             _redis().hdel(self.presence_key, self.channel_name)
             self._announce()
         super().disconnect(code)

@@ -139,6 +139,14 @@ def _clean_text(value: str) -> str:
     return value.strip()
 
 
+class _CardsField(forms.MultipleChoiceField):
+    """Selected cards as "appr_…:digest" values; any approval id may be named (the service says if it exists)."""
+
+    def valid_value(self, value: Any) -> bool:
+        approval_id, _, digest = str(value).rpartition(":")
+        return bool(approval_id) and agents_text.problem(str(value)) is None and len(digest) <= 64
+
+
 class BulkDecisionForm(forms.Form):
     """Several cards decided together: each id with the digest of the arguments the reviewer saw."""
 
@@ -146,23 +154,14 @@ class BulkDecisionForm(forms.Form):
 
     decision = forms.ChoiceField(choices=[("approved", "Approve"), ("rejected", "Reject")])
     note = forms.CharField(required=False, max_length=MAX_TEXT_CHARS)
-    # "appr_…:digest", one per selected card (the digest binds each decision to what was shown).
-    cards = forms.MultipleChoiceField(required=True)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["cards"].valid_value = self._looks_like_card  # type: ignore[method-assign]
-
-    @staticmethod
-    def _looks_like_card(value: str) -> bool:
-        approval_id, _, digest = value.rpartition(":")
-        return bool(approval_id) and agents_text.problem(value) is None and len(digest) <= 64
+    # The digest binds each decision to the arguments the reviewer was shown.
+    cards = _CardsField()
 
     def clean_cards(self) -> list[tuple[str, str]]:
         cards = self.cleaned_data["cards"]
         if len(cards) > self.MAX_CARDS:
             raise forms.ValidationError(f"Select at most {self.MAX_CARDS} cards at a time.")
-        return [tuple(value.rpartition(":")[::2]) for value in dict.fromkeys(cards)]  # type: ignore[misc]
+        return [(value.rpartition(":")[0], value.rpartition(":")[2]) for value in dict.fromkeys(cards)]
 
     def clean_note(self) -> str:
         return _clean_text(self.cleaned_data["note"])

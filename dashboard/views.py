@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
+from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
@@ -82,9 +83,10 @@ def prepare_cards(user: Any, approvals: Iterable[Approval]) -> None:
     for approval in approvals:
         tool = registry.get(approval.tool)
         arguments = approval.current_arguments
-        approval.summary = tool.summarize(arguments) if tool else registry_summarize(arguments)
-        approval.risk = policy.tool_policy(approval.tool).risk if policy is not None else ""
-        approval.position, approval.siblings = positions.get(approval.id, (1, 1))
+        # Display-only attributes, like eligibility.mark's `decidable`.
+        approval.summary = tool.summarize(arguments) if tool else registry_summarize(arguments)  # type: ignore[attr-defined]
+        approval.risk = policy.tool_policy(approval.tool).risk if policy is not None else ""  # type: ignore[attr-defined]
+        approval.position, approval.siblings = positions.get(approval.id, (1, 1))  # type: ignore[attr-defined]
 
 
 @require_GET
@@ -175,7 +177,7 @@ def _bulk_one(request: HttpRequest, approval_id: str, digest: str, *, decision: 
             decision=decision,
             attempt=attempt,
             note=note,
-            expect_digest=digest or None,
+            expect_digest=digest,  # empty: not bound (the card was not shown)
         )
     except services.NotFound:
         _refuse(request, approval_id, AuditEntry.Outcome.NOT_FOUND, "no such approval")
@@ -308,7 +310,7 @@ def _refuse(request: HttpRequest, approval_id: str, outcome: str, reason: str) -
     )
 
 
-def _errors_text(form: DecisionForm) -> str:
+def _errors_text(form: forms.Form) -> str:
     return "; ".join(f"{field}: {' '.join(str(e) for e in errors)}" for field, errors in form.errors.items())
 
 
