@@ -40,9 +40,11 @@
     if (!target || target.id !== "inbox-cards") return;
     var card = document.getElementById(target.dataset.lastArrival || "");  // app.js names the card that arrived
     if (!card) return;
-    var tool = card.querySelector(".summary") || card.querySelector("code");
+    var summary = card.querySelector(".summary");
+    var tool = card.querySelector(".card-line code");
+    var what = (summary ? summary.textContent.trim() : "") + (tool ? " (" + tool.textContent + ")" : "");
     var shown = new Notification("agentfast: a call needs your decision", {
-      body: (tool ? tool.textContent + " · " : "") + document.title,
+      body: (what ? what + " · " : "") + document.title,
       tag: card.id,
     });
     shown.onclick = function () { window.focus(); shown.close(); };
