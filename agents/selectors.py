@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Min, Q, QuerySet, TextField
+from django.db.models import Count, F, Min, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -20,17 +20,65 @@ from agents.services.errors import NotFound
 APPROVAL_EVENTS = (RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_DECIDED)
 
 
+OLDEST, NEWEST = "oldest", "newest"
+
+
 def approval_list(
-    *, status: str | None = "pending", agent: str | None = None, tool: str | None = None
+    *,
+    status: str | None = "pending",
+    agent: str | None = None,
+    tool: str | None = None,
+    search: str = "",
+    order: str = NEWEST,
 ) -> QuerySet[Approval]:
-    approvals = Approval.objects.select_related("run", "tool_call").order_by("-created_at")
+    """Return approvals, filtered; `oldest` puts the nearest deadline first, then the longest waiting."""
+    approvals = Approval.objects.select_related("run", "tool_call")
+    if order == OLDEST:
+        approvals = approvals.order_by(F("expires_at").asc(nulls_last=True), "created_at", "id")
+    else:
+        approvals = approvals.order_by("-created_at", "-id")
     if status and status != "all":
         approvals = approvals.filter(status=status)
     if agent:
         approvals = approvals.filter(run__agent=agent)
     if tool:
         approvals = approvals.filter(tool=tool)
+    if search:
+        approvals = approvals.filter(_search(search))
     return approvals
+
+
+def _search(words: str) -> Q:
+    """Match every word in the tool, the arguments (proposed or edited), the run's input or the notes."""
+    matches = Q()
+    for word in words.split():
+        matches &= (
+            Q(tool__icontains=word)
+            | Q(tool_call__arguments__icontains=word)
+            | Q(arguments__icontains=word)
+            | Q(run__input__icontains=word)
+            | Q(note__icontains=word)
+            | Q(feedback__icontains=word)
+        )
+    return matches
+
+
+def approval_run_positions(approvals: Iterable[Approval]) -> dict[str, tuple[int, int]]:
+    """Return, per approval id, its place among its run's pending approvals: (1, 2) is "1 of 2"."""
+    run_ids = {approval.run_id for approval in approvals}
+    rows = Approval.objects.filter(run_id__in=run_ids, status=Approval.Status.PENDING).order_by("created_at", "id")
+    by_run: dict[str, list[str]] = {}
+    for run_id, approval_id in rows.values_list("run_id", "id"):
+        by_run.setdefault(run_id, []).append(approval_id)
+    return {
+        approval_id: (index + 1, len(ids)) for ids in by_run.values() for index, approval_id in enumerate(ids)
+    }
+
+
+def approval_next_pending(*, after: str, among: QuerySet[Approval] | None = None) -> Approval | None:
+    """Return the pending approval a reviewer goes to next: the longest waiting other than `after`."""
+    approvals = among if among is not None else approval_list(order=OLDEST)
+    return approvals.filter(status=Approval.Status.PENDING).exclude(pk=after).first()
 
 
 def approval_get(approval_id: str) -> Approval:

@@ -7,9 +7,12 @@ renders, marked for an out-of-band swap that htmx's ws extension applies.
 
 from __future__ import annotations
 
+import hashlib
+from functools import cache
 from importlib import import_module
 from typing import Any
 
+import redis
 from asgiref.sync import async_to_sync
 from channels.generic.websocket import WebsocketConsumer
 from django.conf import settings
@@ -19,9 +22,9 @@ from django.template.loader import render_to_string
 
 from agents import events, selectors, services, text
 from agents.models import Approval, RunEvent
-from agents.services import eligibility
 from dashboard.auth import is_reviewer
 from dashboard.forms import InboxFilter
+from dashboard.views import prepare_cards
 
 FORBIDDEN = 4403  # the websocket close code that says "not for you" (HTTP 403)
 NOT_FOUND = 4404
@@ -94,8 +97,12 @@ class InboxConsumer(_GroupConsumer):
         params = QueryDict(self.scope["query_string"].decode())
         # "For me" is this connection's user's: each socket renders its own cards.
         self.filters = InboxFilter(params, user=self.scope["user"])
-        # Cards slide in on the first page only; later pages would show them out of order.
-        self.first_page = params.get("page", "1") in ("", "1")
+        # Newest first: a new card slides in at the top of the first page. Oldest first: at the
+        # bottom of the last page. Other pages would show it out of order.
+        first_page = params.get("page", "1") in ("", "1")
+        last_page = params.get("last", "1" if first_page else "0") == "1"
+        self.insert_at = "afterbegin" if self.filters.ordering == selectors.NEWEST else "beforeend"
+        self.inserts = first_page if self.insert_at == "afterbegin" else last_page
         return events.APPROVALS_GROUP
 
     def run_event(self, message: dict[str, Any]) -> None:
@@ -104,12 +111,20 @@ class InboxConsumer(_GroupConsumer):
         elif message["event"] == RunEvent.Type.APPROVAL_VOTED:
             html = self._card(message["data"]["approval_id"], replace=True)
         elif message["event"] == RunEvent.Type.APPROVAL_DECIDED:
-            html = render_to_string("dashboard/_card_gone.html", {"approval_id": message["data"]["approval_id"]})
+            html = self._decided(message["data"]["approval_id"])
         else:
             return
         if html is not None:
             count = self.filters.pending_approvals().count()
             self.push(html + render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True}))
+
+    def _decided(self, approval_id: str) -> str:
+        """Say who decided in the card's status line, then remove it (app.js keeps a card being worked on)."""
+        try:
+            approval = selectors.approval_get(approval_id)
+        except services.NotFound:
+            return render_to_string("dashboard/_card_gone.html", {"approval_id": approval_id})
+        return render_to_string("dashboard/_card_decided.html", {"approval": approval})
 
     def _card(self, approval_id: str, *, replace: bool = False) -> str | None:
         """Render a new card to insert, or (a vote) the card to swap in where it is shown."""
@@ -120,12 +135,12 @@ class InboxConsumer(_GroupConsumer):
         # Decided already (a fast reviewer) or filtered out: nothing to add.
         if approval.status != Approval.Status.PENDING or not self.filters.matches(approval):
             return None
-        eligibility.mark(self.scope["user"], [approval])
+        prepare_cards(self.scope["user"], [approval])
         if replace:  # htmx swaps it only where this card is on the page
             return render_to_string("dashboard/_approval_card.html", {"approval": approval, "oob": True})
-        if not self.first_page:
+        if not self.inserts:
             return None
-        return render_to_string("dashboard/_card_push.html", {"approval": approval})
+        return render_to_string("dashboard/_card_push.html", {"approval": approval, "insert_at": self.insert_at})
 
 
 class RunConsumer(_GroupConsumer):
@@ -147,3 +162,74 @@ class RunConsumer(_GroupConsumer):
             return
         run = selectors.run_get(self.run_id)
         self.push(render_to_string("dashboard/_event_push.html", {"event": event, "run": run}))
+
+
+PRESENCE_TTL_SECONDS = 6 * 3600  # a crashed server leaves no viewer listed forever
+
+
+@cache
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+
+
+class ApprovalConsumer(_GroupConsumer):
+    """Keep an open approval page current: its status, votes, and who else has it open.
+
+    Who is viewing is a Redis hash per approval (socket → username), shared by every web
+    process; each arrival or departure tells the approval's group to re-render the list.
+    """
+
+    def group_to_join(self) -> str | None:
+        params = QueryDict(self.scope["query_string"].decode())
+        self.approval_id = params.get("id", "")
+        if not self.approval_id or text.problem(self.approval_id) is not None:
+            return None
+        try:
+            approval = selectors.approval_get(self.approval_id)
+        except services.NotFound:
+            return None
+        digest = hashlib.sha256(self.approval_id.encode()).hexdigest()[:32]
+        self.presence_group = f"approval-viewers.{digest}"
+        self.presence_key = f"agentfast:viewers:{digest}"
+        return events.run_group(approval.run_id)
+
+    def connect(self) -> None:
+        super().connect()
+        if self.group and hasattr(self, "presence_group"):
+            async_to_sync(self.channel_layer.group_add)(self.presence_group, self.channel_name)
+            self.groups_joined.append(self.presence_group)
+            _redis().hset(self.presence_key, self.channel_name, self.scope["user"].get_username())
+            _redis().expire(self.presence_key, PRESENCE_TTL_SECONDS)
+            self._announce()
+
+    def disconnect(self, code: int) -> None:
+        if self.group and hasattr(self, "presence_key"):
+            _redis().hdel(self.presence_key, self.channel_name)
+            self._announce()
+        super().disconnect(code)
+
+    def _announce(self) -> None:
+        async_to_sync(self.channel_layer.group_send)(self.presence_group, {"type": "presence.changed"})
+
+    def presence_changed(self, message: dict[str, Any]) -> None:
+        self._push_live()
+
+    def run_event(self, message: dict[str, Any]) -> None:
+        data = message.get("data") or {}
+        if data.get("approval_id") != self.approval_id:
+            return
+        if message["event"] in (RunEvent.Type.APPROVAL_VOTED, RunEvent.Type.APPROVAL_DECIDED):
+            self._push_live()
+
+    def _push_live(self) -> None:
+        try:
+            approval = selectors.approval_get(self.approval_id)
+        except services.NotFound:
+            return
+        me = self.scope["user"].get_username()
+        viewers = sorted({name for name in _redis().hvals(self.presence_key) if name != me})
+        context = {"approval": approval, "viewers": viewers, "oob": True}
+        self.push(
+            render_to_string("dashboard/_approval_live.html", context)
+            + render_to_string("dashboard/_approval_status.html", context)
+        )

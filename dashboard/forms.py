@@ -91,13 +91,22 @@ class DecisionForm(forms.Form):
 
 
 class InboxFilter(forms.Form):
-    """The inbox's filters: "For me" (what this reviewer may decide, the default) or "All", agent, tool."""
+    """The inbox's filters: "For me" (the default) or "All", agent, tool, words to search, and the order."""
 
     MINE, ALL = "mine", "all"
+    KEYS = ("show", "agent", "tool", "q", "order")  # what a saved filter keeps
 
     show = forms.ChoiceField(required=False, choices=[(MINE, "For me"), (ALL, "All")])
     agent = forms.CharField(required=False)
     tool = forms.CharField(required=False)
+    q = forms.CharField(required=False, max_length=200, label="Search")
+    order = forms.ChoiceField(
+        required=False,
+        choices=[(selectors.OLDEST, "Oldest first"), (selectors.NEWEST, "Newest first")],
+    )
+
+    def clean_q(self) -> str:
+        return _clean_text(self.cleaned_data["q"])
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -107,11 +116,23 @@ class InboxFilter(forms.Form):
     def for_me(self) -> bool:
         return not self.is_valid() or self.cleaned_data["show"] != self.ALL
 
+    @property
+    def ordering(self) -> str:
+        return (self.is_valid() and self.cleaned_data["order"]) or selectors.OLDEST
+
+    @property
+    def search(self) -> str:
+        return self.cleaned_data["q"] if self.is_valid() else ""
+
     def pending_approvals(self) -> QuerySet[Approval]:
-        """Return the pending approvals the filtered inbox lists, newest first."""
+        """Return the pending approvals the filtered inbox lists, longest waiting first unless asked otherwise."""
         data = self.cleaned_data if self.is_valid() else {"agent": "", "tool": ""}
         approvals = selectors.approval_list(
-            status=Approval.Status.PENDING, agent=data["agent"] or None, tool=data["tool"] or None
+            status=Approval.Status.PENDING,
+            agent=data["agent"] or None,
+            tool=data["tool"] or None,
+            search=self.search,
+            order=self.ordering,
         )
         return eligibility.decidable(self.user, approvals) if self.for_me else approvals
 
@@ -122,7 +143,58 @@ class InboxFilter(forms.Form):
         if not self.is_valid():
             return True
         agent, tool = self.cleaned_data["agent"], self.cleaned_data["tool"]
+        if self.search and not selectors.approval_list(search=self.search).filter(pk=approval.pk).exists():
+            return False
         return (not agent or approval.run.agent == agent) and (not tool or approval.tool == tool)
+
+
+def _clean_text(value: str) -> str:
+    """Refuse text a person typed that cannot be stored or searched (NUL, lone surrogates)."""
+    problem = agents_text.problem(value)
+    if problem is not None:
+        raise forms.ValidationError(f"This cannot be searched: {problem}.")
+    return value.strip()
+
+
+class _CardsField(forms.MultipleChoiceField):
+    """Selected cards as "appr_…:digest" values; any approval id may be named (the service says if it exists)."""
+
+    def valid_value(self, value: Any) -> bool:
+        approval_id, _, digest = str(value).rpartition(":")
+        return bool(approval_id) and agents_text.problem(str(value)) is None and len(digest) <= 64
+
+
+class BulkDecisionForm(forms.Form):
+    """Several cards decided together: each id with the digest of the arguments the reviewer saw."""
+
+    MAX_CARDS = 100
+
+    decision = forms.ChoiceField(choices=[("approved", "Approve"), ("rejected", "Reject")])
+    note = forms.CharField(required=False, max_length=MAX_TEXT_CHARS)
+    # The digest binds each decision to the arguments the reviewer was shown.
+    cards = _CardsField()
+
+    def clean_cards(self) -> list[tuple[str, str]]:
+        cards = self.cleaned_data["cards"]
+        if len(cards) > self.MAX_CARDS:
+            raise forms.ValidationError(f"Select at most {self.MAX_CARDS} cards at a time.")
+        return [(value.rpartition(":")[0], value.rpartition(":")[2]) for value in dict.fromkeys(cards)]
+
+    def clean_note(self) -> str:
+        return _clean_text(self.cleaned_data["note"])
+
+
+class SavedFilterForm(forms.Form):
+    """Name the inbox's current filters to come back to them."""
+
+    name = forms.CharField(max_length=60)
+    query = forms.CharField(required=False, max_length=1000)
+
+    def clean_name(self) -> str:
+        name = _clean_text(self.cleaned_data["name"])
+        if not name:
+            raise forms.ValidationError("Give the filter a name.")
+        return name
 
 
 class RunFilter(forms.Form):

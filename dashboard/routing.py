@@ -9,6 +9,7 @@ from dashboard import consumers
 websocket_urlpatterns = [
     path("ws/inbox/", consumers.InboxConsumer.as_asgi()),
     path("ws/runs/<str:run_id>/", consumers.RunConsumer.as_asgi()),
+    path("ws/approvals/", consumers.ApprovalConsumer.as_asgi()),
     # Last: without it an unknown path raised inside the router (a 500 and a traceback).
     re_path(r"", consumers.UnknownPathConsumer.as_asgi()),
 ]

@@ -16,12 +16,13 @@ from typing import Any
 from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
+from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.db import connection
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import cache_control
@@ -31,11 +32,13 @@ from django_htmx.middleware import HtmxDetails
 
 from agents import selectors, services, text
 from agents.models import Approval, AuditEntry, Run
+from agents.policy.config import ConfigError, get_policy
 from agents.services import eligibility
 from agents.tools import registry
+from agents.tools.registry import summarize as registry_summarize
 from dashboard import playground
 from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_required
-from dashboard.forms import AuditFilter, DecisionForm, InboxFilter, RunFilter
+from dashboard.forms import AuditFilter, BulkDecisionForm, DecisionForm, InboxFilter, RunFilter, SavedFilterForm
 
 INBOX_PAGE_SIZE = 20
 
@@ -116,27 +119,122 @@ def _query_without_page(request: HttpRequest) -> str:
 # -- inbox -------------------------------------------------------------------------------
 
 
+def prepare_cards(user: Any, approvals: Iterable[Approval]) -> None:
+    """Give each card what a reviewer triages by: may I decide, a summary, the risk, its place in its run."""
+    approvals = list(approvals)
+    eligibility.mark(user, approvals)
+    positions = selectors.approval_run_positions(approvals)
+    try:
+        policy: Any = get_policy()
+    except ConfigError:
+        policy = None  # the page still lists the calls; the commands name the broken file
+    for approval in approvals:
+        tool = registry.get(approval.tool)
+        arguments = approval.current_arguments
+        # Display-only attributes, like eligibility.mark's `decidable`.
+        approval.summary = tool.summarize(arguments) if tool else registry_summarize(arguments)  # type: ignore[attr-defined]
+        approval.risk = policy.tool_policy(approval.tool).risk if policy is not None else ""  # type: ignore[attr-defined]
+        approval.position, approval.siblings = positions.get(approval.id, (1, 1))  # type: ignore[attr-defined]
+
+
 @require_GET
 @reviewer_required
 @_live_page
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
     filters = InboxFilter(request.GET, user=request.user)
     page = _page(filters.pending_approvals(), request, INBOX_PAGE_SIZE)
-    eligibility.mark(request.user, page.object_list)
+    prepare_cards(request.user, page.object_list)
     context = {
         "page": page,
         "count": page.paginator.count,
         "filters": filters,
-        "filtered": any(filters.data.get(key) for key in ("agent", "tool")),
+        "filtered": any(filters.data.get(key) for key in ("agent", "tool", "q")),
         "for_me": filters.for_me,
+        "order": filters.ordering,
+        "search": filters.search,
         "agents": selectors.run_agents(),
         "tools": selectors.approval_tools(),
+        "saved_filters": _saved_filters(request),
         "query": _query_without_page(request),
         # The consumer filters live cards the same way, and inserts them on the first page only.
-        "ws_url": "/ws/inbox/?" + urlencode({**request.GET.dict(), "page": page.number}),
+        # `last`: with the oldest first, a new card belongs at the end of the last page.
+        "ws_url": "/ws/inbox/?"
+        + urlencode({**request.GET.dict(), "page": page.number, "last": "0" if page.has_next() else "1"}),
     }
     template = "dashboard/_inbox_list.html" if request.htmx else "dashboard/inbox.html"
     return render(request, template, context)
+
+
+# -- saved filters (kept in the reviewer's session: a handful of links, nothing to migrate) --
+
+SAVED_FILTERS_KEY = "inbox_saved_filters"
+MAX_SAVED_FILTERS = 20
+
+
+def _saved_filters(request: HttpRequest) -> list[dict[str, str]]:
+    saved = request.session.get(SAVED_FILTERS_KEY, [])
+    return saved if isinstance(saved, list) else []
+
+
+@require_POST
+@reviewer_required
+def inbox_filter_save(request: HttpRequest) -> HttpResponse:
+    """Remember the inbox's current filters under a name, or forget the name when `forget` is sent."""
+    form = SavedFilterForm(request.POST)
+    if not form.is_valid():
+        return HttpResponse(_errors_text(form), status=400, content_type="text/plain; charset=utf-8")
+    name = form.cleaned_data["name"]
+    # Only the filters' own keys are kept, so a saved link can never carry anything else.
+    query = QueryDict(form.cleaned_data["query"])
+    kept = urlencode([(key, query[key]) for key in InboxFilter.KEYS if query.get(key)])
+    saved = [entry for entry in _saved_filters(request) if entry.get("name") != name]
+    if not request.POST.get("forget"):
+        saved = [*saved, {"name": name, "query": kept}][-MAX_SAVED_FILTERS:]
+    request.session[SAVED_FILTERS_KEY] = saved
+    return redirect(f"/?{kept}" if not request.POST.get("forget") else "/")
+
+
+# -- bulk decisions ----------------------------------------------------------------------
+
+
+@require_POST
+@login_required
+def approval_bulk(request: HttpRequest) -> HttpResponse:
+    """Decide several cards at once: each a separate, audited decision through the same service."""
+    if not is_reviewer(request.user):
+        raise PermissionDenied("reviewers only")
+    form = BulkDecisionForm(request.POST)
+    if not form.is_valid():
+        return render(request, "dashboard/bulk.html", {"form_errors": _errors_text(form), "results": []}, status=400)
+    data = form.cleaned_data
+    results = [
+        _bulk_one(request, approval_id, digest, decision=data["decision"], note=data["note"])
+        for approval_id, digest in data["cards"]
+    ]
+    done = sum(1 for result in results if result["ok"])
+    context = {"results": results, "done": done, "decision": data["decision"], "total": len(results)}
+    return render(request, "dashboard/bulk.html", context)
+
+
+def _bulk_one(request: HttpRequest, approval_id: str, digest: str, *, decision: str, note: str) -> dict[str, Any]:
+    """Decide one card of a bulk decision; return what happened to it, for the summary."""
+    attempt = attempt_from(request, source=AuditEntry.Source.WEB)
+    try:
+        services.approval_decide(
+            approval_id=approval_id,
+            decision=decision,
+            attempt=attempt,
+            note=note,
+            expect_digest=digest,  # empty: not bound (the card was not shown)
+        )
+    except services.NotFound:
+        _refuse(request, approval_id, AuditEntry.Outcome.NOT_FOUND, "no such approval")
+        return {"id": approval_id, "ok": False, "why": "no such approval"}
+    except (services.AlreadyDecided, services.WrongState):
+        return {"id": approval_id, "ok": False, "why": "someone decided it first"}
+    except (services.DigestMismatch, services.NotPermitted, services.InvalidInput) as exc:
+        return {"id": approval_id, "ok": False, "why": exc.message}
+    return {"id": approval_id, "ok": True, "why": ""}
 
 
 # -- one approval ------------------------------------------------------------------------
@@ -149,6 +247,12 @@ def _approval_or_404(approval_id: str) -> Approval:
         return selectors.approval_get(approval_id)
     except services.NotFound:
         raise Http404("No such approval.") from None
+
+
+def _next_pending(request: HttpRequest, approval: Approval) -> Approval | None:
+    """Return the call this reviewer may decide next, the longest waiting first."""
+    among = eligibility.decidable(request.user, selectors.approval_list(order=selectors.OLDEST))
+    return selectors.approval_next_pending(after=approval.id, among=among)
 
 
 def _approval_context(approval: Approval, form: DecisionForm, **extra: Any) -> dict[str, Any]:
@@ -188,8 +292,14 @@ def _arguments_table(schema: dict[str, Any]) -> list[dict[str, Any]]:
 @reviewer_required
 def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     approval = _approval_or_404(approval_id)
-    eligibility.mark(request.user, [approval])
-    return render(request, "dashboard/approval.html", _approval_context(approval, DecisionForm(approval=approval)))
+    prepare_cards(request.user, [approval])
+    context = _approval_context(
+        approval,
+        DecisionForm(approval=approval),
+        ws_url="/ws/approvals/?" + urlencode({"id": approval.id}),
+        next_pending=_next_pending(request, approval),
+    )
+    return render(request, "dashboard/approval.html", context)
 
 
 @require_POST
@@ -216,10 +326,16 @@ def approval_decide(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
     else:
         _refuse(request, approval_id, AuditEntry.Outcome.INVALID_ARGUMENTS, _errors_text(form))
         status = 422
-    eligibility.mark(request.user, [approval])
+    prepare_cards(request.user, [approval])
     if status != 422:
         form = DecisionForm(approval=approval)  # a fresh form: the current arguments and their digest
-    context = {"approval": approval, "form": form, "conflict": status == 409 and not refusal, "refusal": refusal}
+    context = {
+        "approval": approval,
+        "form": form,
+        "conflict": status == 409 and not refusal,
+        "refusal": refusal,
+        "next_pending": _next_pending(request, approval),
+    }
     if request.htmx and request.htmx.target == f"card-{approval.id}":
         return render(request, "dashboard/_approval_card.html", context, status=status)
     if request.htmx:
@@ -229,7 +345,7 @@ def approval_decide(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
     return render(
         request,
         "dashboard/approval.html",
-        _approval_context(approval, form, conflict=context["conflict"], refusal=refusal),
+        _approval_context(approval, form, conflict=context["conflict"], refusal=refusal, ws_url=""),
         status=status,
     )
 
@@ -242,7 +358,7 @@ def _refuse(request: HttpRequest, approval_id: str, outcome: str, reason: str) -
     )
 
 
-def _errors_text(form: DecisionForm) -> str:
+def _errors_text(form: forms.Form) -> str:
     return "; ".join(f"{field}: {' '.join(str(e) for e in errors)}" for field, errors in form.errors.items())
 
 

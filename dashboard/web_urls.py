@@ -10,6 +10,8 @@ from dashboard import grant_views, insights, metrics, policy_views, views
 
 urlpatterns = [
     path("", views.inbox, name="inbox"),
+    path("approvals/bulk", views.approval_bulk, name="approval-bulk"),
+    path("inbox/filters", views.inbox_filter_save, name="inbox-filter-save"),
     path("approvals/<str:approval_id>", views.approval_detail, name="approval"),
     path("approvals/<str:approval_id>/decide", views.approval_decide, name="approval-decide"),
     path("approvals/<str:approval_id>/extend", views.approval_extend, name="approval-extend"),

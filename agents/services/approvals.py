@@ -247,6 +247,8 @@ def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
         "note": approval.note,
         "edited": approval.arguments is not None,
     }
+    if approval.arguments is not None:
+        data["arguments"] = approval.arguments  # what runs, shown wherever the decision is
     events.record(run_id=approval.run_id, last_seq=seq, items=[(RunEvent.Type.APPROVAL_DECIDED, data)])
     if approval.mode == Approval.Mode.DEFER:
         queue.deferred_on_commit(approval.tool_call_id)

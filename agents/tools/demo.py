@@ -29,7 +29,7 @@ def _reference(prefix: str, idempotency_key: str) -> str:
     return f"{prefix}_{hashlib.sha256(idempotency_key.encode()).hexdigest()[:12]}"
 
 
-@tool
+@tool(summary="Look up order {order_id}")
 def lookup_order(
     ctx: ToolContext, order_id: Annotated[str, Field(description="Order id, e.g. A1001")]
 ) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def _refund_is_possible(order_id: str, amount_cents: int) -> None:
         )
 
 
-@tool(check=_refund_is_possible)
+@tool(check=_refund_is_possible, summary="Refund {amount_cents|money} on {order_id}")
 def refund_request(
     ctx: ToolContext,
     order_id: Annotated[str, Field(description="Order id, e.g. A1001")],
@@ -72,7 +72,7 @@ def refund_request(
     }
 
 
-@tool
+@tool(summary="Email {to}: {subject}")
 def send_email(
     ctx: ToolContext,
     to: Annotated[str, Field(description="Recipient address")],
@@ -90,7 +90,7 @@ def send_email(
     return {"message_id": _reference("msg", ctx.idempotency_key), "to": to, "status": "sent"}
 
 
-@tool
+@tool(summary="Ask: {question}")
 def ask_human(
     ctx: ToolContext, question: Annotated[str, Field(description="The question for a person")]
 ) -> dict[str, Any]:

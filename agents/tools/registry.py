@@ -5,7 +5,9 @@
 def refund_request(ctx: ToolContext, order_id: str, amount_cents: int) -> dict: ...
 ```
 `check` runs on validated arguments before anyone is asked; a ToolError from it goes back
-to the model and no approval is opened. A tool may ask a person itself by calling
+to the model and no approval is opened. `summary` is the one line a reviewer reads on the
+call's card, e.g. `summary="Refund {amount_cents|money} on {order_id}"`; without one the
+card lists the key arguments. A tool may ask a person itself by calling
 `feedback_required(payload)` before it does anything; it is then called again, once, with
 the reviewer's payload in `ctx.approval_payload`. A tool may ask to run later with
 `run_at(when)` (outside business hours, say): the run suspends until then, and the tool is
@@ -18,6 +20,7 @@ import functools
 import importlib
 import inspect
 import json
+import re
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -101,6 +104,11 @@ class Tool:
     func: Callable[..., Any]
     args_model: type[BaseModel]
     check: Callable[..., None] | None = None
+    summary: str = ""
+
+    def summarize(self, arguments: Any) -> str:
+        """Return the one-line human summary of a call with these arguments."""
+        return summarize(arguments, template=self.summary)
 
     def parameters_schema(self) -> dict[str, Any]:
         schema = self.args_model.model_json_schema()
@@ -208,6 +216,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     check: Callable[..., None] | None = None,
+    summary: str = "",
 ) -> Any:
     """Register a function as a tool; its first parameter receives the ToolContext."""
 
@@ -218,11 +227,68 @@ def tool(
             func=fn,
             args_model=_arguments_model(fn),
             check=check,
+            summary=summary,
         )
         registry.add(tool_)
         return tool_
 
     return register(func) if func is not None else register
+
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?:\|([a-z]+))?\}")
+SUMMARY_KEYS = 3  # arguments listed by the fallback summary
+SUMMARY_VALUE_CHARS = 40
+
+
+def summarize(arguments: Any, *, template: str = "") -> str:
+    """Fill a tool's summary template from the arguments, or list the first few key arguments.
+
+    `{name}` is the value, `{name|money}` cents as "25.00", `{name|date}` an ISO date as
+    "2 Dec 2026". A missing or unreadable value leaves the template for the fallback.
+    """
+    values = arguments if isinstance(arguments, dict) else {}
+    if template:
+        try:
+            return _PLACEHOLDER.sub(lambda match: _formatted(values, match.group(1), match.group(2)), template)
+        except (KeyError, TypeError, ValueError):
+            pass
+    parts = [f"{key}: {_short(value)}" for key, value in list(values.items())[:SUMMARY_KEYS]]
+    return " · ".join(parts) + (" …" if len(values) > SUMMARY_KEYS else "")
+
+
+def _formatted(values: dict[str, Any], name: str, style: str | None) -> str:
+    value = values[name]
+    if style == "money":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(name)
+        return format_money(value)
+    if style == "date":
+        return format_date(str(value))
+    if style is not None:
+        raise ValueError(style)
+    return _short(value)
+
+
+def format_money(cents: int) -> str:
+    """Return cents as "2,500.00" (a minus sign first for a negative amount)."""
+    sign = "-" if cents < 0 else ""
+    whole, part = divmod(abs(cents), 100)
+    return f"{sign}{whole:,}.{part:02d}"
+
+
+def format_date(value: str) -> str:
+    """Return an ISO date or datetime as "2 Dec 2026" (with "14:05" for a datetime); other text as is."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return _short(value)
+    day = f"{moment.day} {moment:%b %Y}"
+    return day if len(value) <= 10 else f"{day} {moment:%H:%M}"
+
+
+def _short(value: Any) -> str:
+    shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return shown if len(shown) <= SUMMARY_VALUE_CHARS else shown[: SUMMARY_VALUE_CHARS - 1] + "…"
 
 
 def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:

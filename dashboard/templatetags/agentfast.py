@@ -55,3 +55,25 @@ def json_text(value: str) -> str:
         return pretty_json(text.loads_lenient(value))
     except (TypeError, ValueError):
         return text.repair(value)
+
+
+@register.filter
+def arguments_changes(approval: Any) -> list[dict[str, str]]:
+    """Return what a reviewer's edit changed, key by key: {key, old, new} as compact JSON."""
+    before = approval.tool_call.arguments or {}
+    after = approval.arguments if approval.arguments is not None else before
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return [{"key": "arguments", "old": text.dumps(before), "new": text.dumps(after)}]
+    missing = object()
+    changes = []
+    for key in [*before, *(key for key in after if key not in before)]:
+        old, new = before.get(key, missing), after.get(key, missing)
+        if old != new:
+            changes.append(
+                {
+                    "key": key,
+                    "old": "(none)" if old is missing else text.dumps(old),
+                    "new": "(removed)" if new is missing else text.dumps(new),
+                }
+            )
+    return changes

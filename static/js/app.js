@@ -36,6 +36,16 @@
         event.detail.shouldSwap = false;
       } else {
         incoming.classList.add("arriving");
+        target.dataset.lastArrival = incoming.id;  // for the announcement and the desktop notification
+      }
+      return;
+    }
+    // Someone else decided (or voted on) a card this reviewer is working on: keep what they
+    // typed; the status line above the buttons, swapped on its own, says who decided.
+    if (target.matches(".card") && workedOn(target) && !target.matches(".deciding")) {
+      event.detail.shouldSwap = false;
+      if (incoming === null || incoming === undefined || !incoming.matches || !incoming.matches(".card")) {
+        settleDecidedElsewhere(target);
       }
       return;
     }
@@ -46,6 +56,25 @@
       leaveSoon(target.id);
     }
   });
+
+  // A card has the reviewer's attention when focus is in it or it holds text they typed.
+  function workedOn(card) {
+    if (card.contains(document.activeElement) && document.activeElement !== document.body) return true;
+    return Array.prototype.some.call(card.querySelectorAll("textarea, input[type=text]"), function (field) {
+      return field.value.trim() !== "";
+    });
+  }
+
+  // Decided elsewhere: the card stays with its text, its buttons off, until its reviewer moves on.
+  function settleDecidedElsewhere(card) {
+    card.classList.add("decided", "decided-elsewhere");
+    card.querySelectorAll("button, input[type=checkbox]").forEach(function (control) {
+      control.disabled = true;
+      if (control.type === "checkbox") control.checked = false;
+    });
+    card.querySelectorAll("textarea, input[type=text]").forEach(function (field) { field.readOnly = true; });
+    document.dispatchEvent(new CustomEvent("agentfast:selection"));
+  }
 
   function leaveSoon(id) {
     setTimeout(function () {
@@ -167,6 +196,122 @@
 
   document.addEventListener("change", function (event) {
     if (event.target.matches("select[data-autosubmit]")) event.target.form.requestSubmit();
+  });
+
+  // Keys every page shares: ? lists them, Esc closes what is open, Ctrl+Enter sends the form being typed in.
+  function typing(target) {
+    return Boolean(target.closest && target.closest("input, textarea, select, [contenteditable]"));
+  }
+
+  function closeOpen() {
+    var preview = document.querySelector(".diff-preview:not([hidden])");
+    if (preview) { preview.querySelector("[data-preview-back]").click(); return true; }
+    var open = document.querySelector("details.reject[open]");
+    if (open) {
+      open.open = false;
+      var summary = open.querySelector("summary");
+      if (summary) summary.focus();
+      return true;
+    }
+    return false;
+  }
+
+  function submitterOf(form) {
+    var intent = form.dataset.intent;
+    var buttons = Array.prototype.filter.call(
+      form.querySelectorAll("button[type=submit], button:not([type])"), function (b) { return !b.disabled; });
+    var wanted = buttons.find(function (b) { return intent && b.value === intent; });
+    return wanted || buttons[0] || null;
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && typing(event.target)) {
+      var form = event.target.form || event.target.closest("form");
+      var button = form && submitterOf(form);
+      if (button) {
+        event.preventDefault();
+        button.click();  // a click, not requestSubmit: htmx sends the value of the button last clicked
+      }
+      return;
+    }
+    if (event.key === "Escape") {
+      if (document.querySelector("dialog[open]")) return;  // the dialog closes itself
+      if (closeOpen() || (typing(event.target) && (event.target.blur(), true))) event.preventDefault();
+      return;
+    }
+    if (event.key === "?" && !typing(event.target) && !event.ctrlKey && !event.metaKey && !event.altKey) {
+      var help = document.getElementById("keys-help");
+      if (help && !help.open) {
+        event.preventDefault();
+        help.showModal();
+      }
+    }
+  });
+
+  // Approving with edits shows old → new first; the reviewer sends it or goes back to editing.
+  function parsed(text) {
+    try { return JSON.parse(text); } catch (error) { return undefined; }
+  }
+
+  function argumentChanges(before, after) {
+    if (!before || !after || typeof before !== "object" || typeof after !== "object" || Array.isArray(after)) {
+      return [["arguments", JSON.stringify(before), after === undefined ? "(not JSON)" : JSON.stringify(after)]];
+    }
+    var keys = Object.keys(before).concat(Object.keys(after).filter(function (key) { return !(key in before); }));
+    return keys.filter(function (key) { return canonical(before[key]) !== canonical(after[key]); }).map(function (key) {
+      return [key, key in before ? JSON.stringify(before[key]) : "(none)", key in after ? JSON.stringify(after[key]) : "(removed)"];
+    });
+  }
+
+  function showPreview(form, changes, send) {
+    var preview = form.querySelector(".diff-preview");
+    var list = preview.querySelector("ul");
+    list.textContent = "";
+    changes.forEach(function (change) {
+      var item = document.createElement("li");
+      var key = document.createElement("code");
+      key.textContent = change[0];
+      var old = document.createElement("del");
+      old.textContent = change[1];
+      var now = document.createElement("ins");
+      now.textContent = change[2];
+      item.append(key, ": ", old, " → ", now);
+      list.appendChild(item);
+    });
+    preview.hidden = false;
+    var confirm = preview.querySelector("[data-preview-send]");
+    var back = preview.querySelector("[data-preview-back]");
+    confirm.onclick = function () { preview.hidden = true; send(); };
+    back.onclick = function () { preview.hidden = true; form.elements.arguments.focus(); };
+    confirm.focus();
+  }
+
+  document.addEventListener("htmx:confirm", function (event) {
+    var form = event.detail.elt;
+    if (!form.matches || !form.matches("#decision form") || !form.elements.arguments) return;
+    var trigger = event.detail.triggeringEvent;
+    var submitter = trigger && trigger.submitter;
+    if (!submitter || submitter.value !== "approved" || !edited(form.elements.arguments)) return;
+    if (!form.querySelector(".diff-preview")) return;
+    event.preventDefault();
+    var changes = argumentChanges(parsed(form.elements.arguments.dataset.proposed), parsed(form.elements.arguments.value));
+    showPreview(form, changes, function () {
+      // The button that was pressed lost focus to the preview, so htmx no longer sends its value.
+      var decision = document.createElement("input");
+      decision.type = "hidden";
+      decision.name = "decision";
+      decision.value = "approved";
+      decision.setAttribute("data-preview-decision", "");
+      form.appendChild(decision);
+      event.detail.issueRequest(true);
+    });
+  });
+
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var form = event.detail.elt;
+    if (form && form.querySelectorAll) {
+      form.querySelectorAll("[data-preview-decision]").forEach(function (input) { input.remove(); });
+    }
   });
 
   setInterval(refreshTimes, 5000);

@@ -1,9 +1,11 @@
-// The inbox's keys: j/k move, a approves, r opens the rejection note, o (or Enter) opens.
+// The inbox's keys: j/k move, a approves (twice for a high-risk call), r opens the rejection
+// note, x selects for a bulk decision, o (or Enter) opens. New cards are announced.
 (function () {
   "use strict";
 
   var selectedId = null;
   var selectedIndex = 0;
+  var armedId = null;  // a high-risk card whose first "a" asked for a second one
 
   function cards() {
     return Array.prototype.slice.call(document.querySelectorAll("#inbox-cards > .card:not(.decided):not(.deciding)"));
@@ -15,11 +17,18 @@
   }
 
   function select(card) {
-    cards().forEach(function (other) { other.classList.toggle("selected", other === card); });
+    cards().forEach(function (other) {
+      other.classList.toggle("selected", other === card);
+      other.removeAttribute("aria-current");
+    });
     selectedId = card ? card.id : null;
+    disarm();
     if (card) {
       selectedIndex = cards().indexOf(card);
+      card.setAttribute("aria-current", "true");
       card.scrollIntoView({ block: "nearest" });
+      var summary = card.querySelector(".summary");
+      if (summary) summary.focus({ preventScroll: true });
     }
   }
 
@@ -30,12 +39,48 @@
     select(list[index < 0 ? 0 : Math.min(list.length - 1, Math.max(0, index + step))]);
   }
 
+  function status(card, text) {
+    var line = card.querySelector(".card-status");
+    if (line) line.textContent = text;
+  }
+
+  function disarm() {
+    var armed = armedId && document.getElementById(armedId);
+    if (armed) {
+      armed.classList.remove("armed");
+      status(armed, "");
+    }
+    armedId = null;
+  }
+
+  function approve(card, control) {
+    if (card.dataset.risk === "high" && armedId !== card.id) {
+      disarm();
+      armedId = card.id;
+      card.classList.add("armed");
+      status(card, "High risk: press a again to approve, Esc to cancel.");
+      return;
+    }
+    disarm();
+    control.click();
+  }
+
   function act(card, action) {
     var control = card && card.querySelector('[data-action="' + action + '"]');
+    if (action === "pick") {
+      var box = card.querySelector("input.pick");
+      if (box && !box.disabled) {
+        box.checked = !box.checked;
+        updateBulk();
+      }
+      return;
+    }
     if (!control) return;
     var answer = card.querySelector("input[name=answer]");
     if (action === "approve" && answer && !answer.value.trim()) {
       answer.focus();  // a question is approved with an answer, never without one
+    } else if (action === "approve") {
+      approve(card, control);
     } else if (action === "reject") {
       control.parentElement.open = true;
       control.parentElement.querySelector("textarea").focus();
@@ -45,9 +90,15 @@
   }
 
   document.addEventListener("keydown", function (event) {
-    if (event.ctrlKey || event.metaKey || event.altKey || event.target.closest("input, textarea, select, [contenteditable]")) return;
+    if (event.key === "Escape" && armedId) {
+      disarm();
+      event.preventDefault();
+      return;
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey || event.target.closest("input, textarea, select, [contenteditable], dialog")) return;
     var card = current();
-    var actions = { a: "approve", r: "reject", o: "open", Enter: "open" };
+    var actions = { a: "approve", r: "reject", o: "open", Enter: "open", x: "pick" };
+    if (event.key === "Enter" && event.target.closest("a, button, summary")) return;  // the focused control's own Enter
     if (event.key === "j") move(1);
     else if (event.key === "k") move(-1);
     else if (actions[event.key] && card) act(card, actions[event.key]);
@@ -62,4 +113,29 @@
   }
   document.addEventListener("htmx:wsAfterMessage", reselect);
   document.addEventListener("htmx:afterSettle", reselect);
+
+  // Bulk: the buttons say how many cards they decide, and are off with none selected.
+  function updateBulk() {
+    var picked = document.querySelectorAll("#inbox-cards input.pick:checked:not(:disabled)").length;
+    var count = document.querySelector("#bulk-form .bulk-count");
+    if (count) count.textContent = picked + " selected";
+    document.querySelectorAll("#bulk-form [data-bulk]").forEach(function (button) { button.disabled = picked === 0; });
+  }
+  document.addEventListener("change", function (event) {
+    if (event.target.matches("input.pick")) updateBulk();
+  });
+  document.addEventListener("agentfast:selection", updateBulk);
+  document.addEventListener("htmx:afterSettle", updateBulk);
+  document.addEventListener("htmx:wsAfterMessage", updateBulk);
+
+  // Screen readers hear each card that slides in live.
+  document.addEventListener("htmx:oobAfterSwap", function (event) {
+    var target = event.detail.target;
+    if (!target || target.id !== "inbox-cards") return;
+    var card = document.getElementById(target.dataset.lastArrival || "");
+    var announcer = document.getElementById("announcer");
+    if (!card || !announcer) return;
+    var summary = card.querySelector(".summary");
+    announcer.textContent = "New approval: " + (summary ? summary.textContent.trim() : "a call waits for a decision");
+  });
 })();

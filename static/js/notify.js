@@ -33,16 +33,18 @@
     });
   });
 
-  // A live push adds a card at the top of #inbox-cards: tell a reviewer who is looking elsewhere.
+  // A live push adds a card to #inbox-cards: tell a reviewer who is looking elsewhere.
   document.addEventListener("htmx:oobAfterSwap", function (event) {
     if (!enabled() || document.visibilityState === "visible") return;
     var target = event.detail.target;
     if (!target || target.id !== "inbox-cards") return;
-    var card = target.firstElementChild;  // "afterbegin": the new card is first
+    var card = document.getElementById(target.dataset.lastArrival || "");  // app.js names the card that arrived
     if (!card) return;
-    var tool = card.querySelector("code");
+    var summary = card.querySelector(".summary");
+    var tool = card.querySelector(".card-line code");
+    var what = (summary ? summary.textContent.trim() : "") + (tool ? " (" + tool.textContent + ")" : "");
     var shown = new Notification("agentfast: a call needs your decision", {
-      body: (tool ? tool.textContent + " · " : "") + document.title,
+      body: (what ? what + " · " : "") + document.title,
       tag: card.id,
     });
     shown.onclick = function () { window.focus(); shown.close(); };

@@ -118,7 +118,7 @@ async def test_it_pushes_a_card_when_an_agent_pauses_and_removes_it_when_decided
     [approval] = await database_sync_to_async(pending)(run)
     pushed = await communicator.receive_from(timeout=5)
 
-    assert pushed.startswith('<div hx-swap-oob="afterbegin:#inbox-cards">')
+    assert pushed.startswith('<div hx-swap-oob="beforeend:#inbox-cards">')  # the oldest first: new ones last
     assert f'<article id="card-{approval.id}" class="card"' in pushed
     assert "&quot;amount_cents&quot;: 2500" in pushed
     assert 'id="pending-count" class="count" data-count="1" hx-swap-oob="true"' in pushed
@@ -127,6 +127,7 @@ async def test_it_pushes_a_card_when_an_agent_pauses_and_removes_it_when_decided
     removed = await communicator.receive_from(timeout=5)
 
     assert f'<div id="card-{approval.id}" hx-swap-oob="delete"></div>' in removed
+    assert "bob approved this" in removed  # the status line of a card someone may be working on
     assert 'data-count="0"' in removed
     await communicator.disconnect()
 

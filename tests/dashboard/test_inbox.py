@@ -1,4 +1,4 @@
-"""The inbox: pending approvals as cards, newest first, filtered, paginated, counted."""
+"""The inbox: pending approvals as cards, longest waiting first, filtered, paginated, counted."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def card_html(html: str, approval_id: str) -> str:
     return html[start : html.index("</article>", start)]
 
 
-def test_it_lists_pending_approvals_newest_first_with_the_count_in_the_title(client_for, alice):
+def test_it_lists_pending_approvals_oldest_first_with_the_count_in_the_title(client_for, alice):
     first, second = pending(start(REFUND))[0], pending(start(EMAIL))[0]
     decided = pending(start(REFUND))[0]
     decide(decided, "rejected")
@@ -30,7 +30,8 @@ def test_it_lists_pending_approvals_newest_first_with_the_count_in_the_title(cli
 
     html = response.content.decode()
     assert response.status_code == 200
-    assert card_ids(html) == [second.id, first.id]
+    assert card_ids(html) == [first.id, second.id]
+    assert card_ids(client_for(alice).get("/?order=newest").content.decode()) == [second.id, first.id]
     assert "<title>(2) Inbox · agentfast</title>" in html
     assert 'data-count="2"' in html
 
@@ -54,7 +55,10 @@ def test_it_filters_by_agent_and_tool(client_for, alice):
     filtered = client.get("/?agent=nobody").content.decode()
     assert card_ids(filtered) == [] and "No approvals waiting for these filters" in filtered
     # The live socket filters the same way.
-    assert 'ws-connect="/ws/inbox/?tool=send_email&amp;page=1"' in client.get("/?tool=send_email").content.decode()
+    assert (
+        'ws-connect="/ws/inbox/?tool=send_email&amp;page=1&amp;last=1"'
+        in client.get("/?tool=send_email").content.decode()
+    )
 
 
 def test_it_paginates(client_for, alice, monkeypatch):
@@ -64,9 +68,10 @@ def test_it_paginates(client_for, alice, monkeypatch):
 
     first, second = client.get("/").content.decode(), client.get("/?page=2").content.decode()
 
-    assert card_ids(first) == ids[:0:-1] and card_ids(second) == ids[:1]
+    assert card_ids(first) == ids[:2] and card_ids(second) == ids[2:]
     assert "Page 1 of 2" in first and 'href="?page=2"' in first
-    assert 'ws-connect="/ws/inbox/?page=2"' in second
+    assert 'ws-connect="/ws/inbox/?page=1&amp;last=0"' in first
+    assert 'ws-connect="/ws/inbox/?page=2&amp;last=1"' in second
 
 
 def test_it_explains_what_to_do_when_nothing_waits(client_for, alice):
