@@ -59,7 +59,10 @@ def server(transactional_db: None, agent_config: Callable[[str], Path], alice: A
     services.user_create(username="robot", role="agent")
     agent_token = services.token_create(username="robot")[1]
     reviewer_token = services.token_create(username="alice")[1]
-    daphne = Daphne(log=tmp_path / "daphne.log", env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost", AGENTFAST_LOG_LEVEL="WARNING"))
+    daphne = Daphne(
+        log=tmp_path / "daphne.log",
+        env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost", AGENTFAST_LOG_LEVEL="WARNING"),
+    )
     daphne.start()
     daphne.wait_ready(timeout=20)
     yield Server(daphne.url, agent_token, reviewer_token)

@@ -85,7 +85,9 @@ def _checked(response: httpx.Response) -> dict[str, Any]:
         except ValueError:
             body = {}
         message = body.get("message") or body.get("detail") or response.text[:200]
-        raise GateError(f"{response.status_code}: {message}", status=response.status_code, code=body.get("error_code", ""))
+        raise GateError(
+            f"{response.status_code}: {message}", status=response.status_code, code=body.get("error_code", "")
+        )
     return response.json()
 
 

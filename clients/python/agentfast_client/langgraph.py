@@ -16,6 +16,7 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
+from langgraph.config import get_config
 
 from agentfast_client._core import AsyncGate, Denied, Rejected
 
@@ -27,9 +28,9 @@ class GatedToolNode:
         self.gate = gate
         self.tools = {tool.name: tool for tool in tools}
 
-    async def __call__(self, state: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def __call__(self, state: dict[str, Any]) -> dict[str, Any]:
         """Answer each tool call of the last message."""
-        session = ((config or {}).get("configurable") or {}).get("thread_id")
+        session = get_config().get("configurable", {}).get("thread_id")
         calls = state["messages"][-1].tool_calls
         return {"messages": [await self._answer(call, session) for call in calls]}
 

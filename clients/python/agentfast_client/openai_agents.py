@@ -16,12 +16,13 @@ import dataclasses
 import json
 from typing import Any
 
+from agentfast_client._core import AsyncGate, Denied, Rejected
 from agents import FunctionTool  # the OpenAI Agents SDK's package is named `agents`
 
-from agentfast_client._core import AsyncGate, Denied, Rejected
 
-
-def gated_tool(gate: AsyncGate, tool: FunctionTool, *, session: str | None = None, name: str | None = None) -> FunctionTool:
+def gated_tool(
+    gate: AsyncGate, tool: FunctionTool, *, session: str | None = None, name: str | None = None
+) -> FunctionTool:
     """Return a copy of `tool` that asks agentfast (as tool `name`, default the tool's) before each call."""
     invoke = tool.on_invoke_tool
 
