@@ -7,10 +7,13 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: run test test-fast test-postgres typecheck bench bench-web bench-compare bench-scale install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	# The Python client and its adapters' frameworks, for tests/clients. A second install on purpose:
+	# openai-agents wants starlette>=1.3 and schemathesis 3 says <1 (it runs fine on 1.x).
+	$(BIN)/python -m pip install --quiet -e "clients/python[test]"
 	touch $(STAMP)
 
 install: $(STAMP)

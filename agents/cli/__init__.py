@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from agents import text
-from agents.cli import approvals, audit, effects, policy, runs, tokens, users
+from agents.cli import approvals, audit, effects, mcp, policy, runs, tokens, users
 from agents.cli.output import EXIT_REFUSED, EXIT_USAGE, CliError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -27,6 +27,7 @@ GROUPS: tuple[Callable[[Any], None], ...] = (
     tokens.register,
     policy.register,
     audit.register,
+    mcp.register,
 )
 
 
