@@ -26,7 +26,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 
 from agents import text
@@ -196,7 +196,7 @@ async def upstream_session(*, command: str | None, url: str | None) -> AsyncIter
             params = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
             read, write = await stack.enter_async_context(stdio_client(params))
         else:
-            read, write, _ = await stack.enter_async_context(streamablehttp_client(url or ""))
+            read, write, _ = await stack.enter_async_context(streamable_http_client(url or ""))
         session = await stack.enter_async_context(ClientSession(read, write))
         initialized = await session.initialize()
         session.server_name = initialized.serverInfo.name  # type: ignore[attr-defined]

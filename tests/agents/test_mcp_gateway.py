@@ -8,6 +8,8 @@ each logging its calls to a ledger file). Decisions are made with `agentfast app
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -19,10 +21,12 @@ import pytest
 from asgiref.sync import sync_to_async
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from agents import services
 from agents.models import Approval
 from tests.conftest import ROOT, child_env
+from tests.support.processes import ServerProcess, free_port
 
 pytestmark = pytest.mark.integration
 AGENTFAST = str(Path(sys.executable).with_name("agentfast"))
@@ -150,3 +154,61 @@ async def test_it_answers_pending_then_the_identical_retry_picks_up_the_decision
     assert not retried.isError and _text(retried) == "deleted draft"
     assert _ran(ledger) == [("delete_note", "draft")]
     assert await sync_to_async(Approval.objects.count)() == 1
+
+
+class _Listening(ServerProcess):
+    """A process serving HTTP on a port of 127.0.0.1; ready once the port accepts connections."""
+
+    def __init__(self, args: list[str], *, port: int, log: Path, env: dict[str, str]) -> None:
+        super().__init__(args, log=log, env=env)
+        self.name, self.port = Path(args[1]).name, port
+
+    def is_ready(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+
+async def test_it_proxies_streamable_http_both_ways(ledger: Path, tmp_path: Path) -> None:
+    upstream_port, proxy_port = free_port(), free_port()
+    env = child_env(MCP_LEDGER=str(ledger))
+    upstream_args = [sys.executable, str(ROOT / "tests" / "support" / "mcp_server.py"), "--http", str(upstream_port)]
+    upstream = _Listening(upstream_args, port=upstream_port, log=tmp_path / "upstream.log", env=env)
+    proxy_args = [AGENTFAST, "mcp-proxy", "--upstream-url", f"http://127.0.0.1:{upstream_port}/mcp"]
+    proxy_args += ["--listen", f"127.0.0.1:{proxy_port}", "--wait", "0"]
+    gateway = _Listening(proxy_args, port=proxy_port, log=tmp_path / "proxy.log", env=env)
+    upstream.start()
+    try:
+        await anyio.to_thread.run_sync(upstream.wait_ready)
+        gateway.start()
+        await anyio.to_thread.run_sync(gateway.wait_ready)
+        async with (
+            streamable_http_client(f"http://127.0.0.1:{proxy_port}/mcp") as (read, write, _),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            read_result = await session.call_tool("read_note", {"name": "todo"})
+            deleted = await session.call_tool("delete_note", {"name": "todo"})
+    finally:
+        gateway.kill()
+        upstream.kill()
+
+    assert _text(read_result) == "the note todo says hello"
+    assert deleted.isError and "APPROVAL_PENDING" in _text(deleted)
+    assert _ran(ledger) == [("read_note", "todo")]
+
+
+def test_it_refuses_an_account_that_may_not_gate(transactional_db: None, bob: Any) -> None:
+    for account in ("nobody", "bob"):
+        args = [AGENTFAST, "mcp-proxy", "--upstream", UPSTREAM, "--account", account]
+        done = subprocess.run(
+            args, check=False, env=child_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+
+        assert done.returncode == 1
+        assert done.stderr == (
+            f"agentfast: --account {account}: no active agent account (agentfast users create {account} --role agent)\n"
+        )
+        assert done.stdout == ""

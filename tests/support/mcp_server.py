@@ -1,4 +1,4 @@
-"""A tiny MCP server (stdio) for the MCP gateway's tests: one read-only tool, one destructive tool.
+"""A tiny MCP server (stdio, or streamable HTTP with --http PORT) for the MCP gateway's tests: one read-only tool, one destructive tool.
 
 Each call of a tool appends a line to the file MCP_LEDGER names, so a test can count how
 many times the upstream really ran it.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from mcp.server.fastmcp import FastMCP
@@ -45,4 +46,8 @@ def rename_note(name: str, to: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":  # streamable HTTP at http://127.0.0.1:PORT/mcp
+        server.settings.port = int(sys.argv[2])
+        server.run("streamable-http")
+    else:
+        server.run()
