@@ -19,6 +19,9 @@ from typing import Any
 import anyio
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -71,6 +74,12 @@ async def _await_pending() -> str:
             await anyio.sleep(0.05)
     assert len(found) == 1
     return found[0]
+
+
+def _inbox_as_alice() -> str:
+    client = Client()
+    client.force_login(User.objects.get(username="alice"))
+    return client.get(reverse("inbox")).content.decode()
 
 
 async def _decide(approval_id: str, decision: str, *options: str) -> None:
@@ -148,6 +157,9 @@ async def test_it_answers_pending_then_the_identical_retry_picks_up_the_decision
         assert "APPROVAL_PENDING" in _text(first) and approval_id in _text(first)
         again = await session.call_tool("delete_note", {"name": "draft"})
         assert again.isError and approval_id in _text(again)  # the same approval, not a second one
+        inbox = await sync_to_async(_inbox_as_alice)()
+        assert "MCP server <strong>notes</strong>: Delete a note for good." in inbox
+        assert "mcp.notes.delete_note" in inbox
         await _decide(approval_id, "approved")
         retried = await session.call_tool("delete_note", {"name": "draft"})
 
