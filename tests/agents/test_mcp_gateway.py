@@ -20,6 +20,7 @@ import anyio
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
+from django.db import connections
 from django.test import Client
 from django.urls import reverse
 from mcp import ClientSession, types
@@ -41,6 +42,13 @@ def ledger(transactional_db: None, alice: Any, agent_config: Callable[[str], Pat
     agent_config("mcp:\n  notes:\n    rename_note: {risk: low}\n")
     services.user_create(username="mcp", role="agent")
     return tmp_path / "ledger.jsonl"
+
+
+@pytest.fixture(autouse=True)
+async def _close_thread_connection() -> AsyncIterator[None]:
+    """Close the database connection of sync_to_async's thread, so the test database can be dropped."""
+    yield
+    await sync_to_async(connections.close_all)()
 
 
 @asynccontextmanager
