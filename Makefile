@@ -7,10 +7,12 @@ BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: run test test-fast test-postgres typecheck bench bench-web bench-compare bench-scale install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	# The Python client and LangGraph, for tests/clients (the OpenAI Agents SDK gets a venv of its own there).
+	$(BIN)/python -m pip install --quiet -e "clients/python[test]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from agents import text
-from agents.cli import approvals, audit, effects, grants, policy, runs, tokens, users
+from agents.cli import approvals, audit, effects, grants, mcp, policy, runs, tokens, users
 from agents.cli.output import EXIT_REFUSED, EXIT_USAGE, CliError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -28,6 +28,7 @@ GROUPS: tuple[Callable[[Any], None], ...] = (
     policy.register,
     audit.register,
     grants.register,
+    mcp.register,
 )
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from agents import text
 from agents.gateway import ids as gateway_ids
-from agents.models import Approval, Run, ToolCall
+from agents.models import Approval, Run, RunEvent, ToolCall
 from agents.services.errors import NotFound
 
 APPROVAL_ID_CHARS = Approval._meta.get_field("id").max_length
@@ -47,3 +48,14 @@ def approval_state(approval_id: str) -> str:
     """Return the status of an approval ("allowed" when none was recorded: an unlisted tool)."""
     status = Approval.objects.filter(pk=approval_id).values_list("status", flat=True).first()
     return status or "allowed"
+
+
+def external_request(approval_id: str, run_id: str) -> dict[str, Any]:
+    """Return what an external agent said about a gated call (description, metadata), as gated."""
+    data = (
+        RunEvent.objects.filter(run_id=run_id, type=RunEvent.Type.APPROVAL_REQUIRED, data__approval_id=approval_id)
+        .values_list("data", flat=True)
+        .first()
+    )
+    asked = (data or {}).get("external")
+    return asked if isinstance(asked, dict) else {}

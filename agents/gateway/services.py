@@ -10,7 +10,7 @@ always suspend approvals, so a decision enqueues nothing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from agents.gateway import ids as gateway_ids
 from agents.gateway.selectors import ExternalCall, external_call_get
 from agents.models import Approval, Run, RunEvent, ToolCall
 from agents.policy import get_policy
+from agents.policy.config import Policy, ToolPolicy
 from agents.policy.rules import CallFacts, Verdict, evaluate
 from agents.services.errors import InvalidInput, ServiceError
 from agents.services.grants import grant_match
@@ -94,13 +95,15 @@ class Claim:
     result: dict[str, Any] | None = None
 
 
-def gate_call(*, owner: str, request: GateRequest) -> GateAnswer:
+def gate_call(*, owner: str, request: GateRequest, unlisted: ToolPolicy | None = None) -> GateAnswer:
     """Let the policy decide an external call and record it; a retried request finds the same approval.
 
     1. Refuse input that cannot be stored (InvalidInput names the field).
     2. Find or create the session's run; a call id seen before is answered from what is
        stored, or refused (Conflict) when its tool or arguments changed.
     3. Evaluate the policy and record the call, its approval and events in one transaction.
+
+    `unlisted` is what the tool needs when agentfast.yaml does not list it (default: it runs).
     """
     _validate(request)
     run = _session_run(owner, request)
@@ -115,13 +118,21 @@ def gate_call(*, owner: str, request: GateRequest) -> GateAnswer:
         run={"id": run.id, "agent": run.agent, "created_by": owner, "input": run.input},
         now=timezone.now(),
     )
-    verdict = evaluate(get_policy(), facts, grant_lookup=grant_match)
+    verdict = evaluate(policy_for(request.tool, unlisted), facts, grant_lookup=grant_match)
     try:
         with transaction.atomic():
             _record(run, call_id, request, verdict)
     except IntegrityError:  # the same call gated concurrently: the other request recorded it
         return _repeat(owner, ToolCall.objects.get(run=run, call_id=call_id), request)
     return _answer(owner, ToolCall.objects.select_related("run").get(run=run, call_id=call_id))
+
+
+def policy_for(tool: str, unlisted: ToolPolicy | None) -> Policy:
+    """Return the policy, with `unlisted` as the tool's entry when the file does not list it."""
+    policy = get_policy()
+    if unlisted is None or tool in policy.tool_overrides:
+        return policy
+    return replace(policy, tool_overrides={**policy.tool_overrides, tool: unlisted})
 
 
 def _validate(request: GateRequest) -> None:

@@ -272,6 +272,8 @@ class ConfigFile(_Entry):
     agents: dict[StrictStr, AgentConfig] = Field(default_factory=dict)
     tool_overrides: dict[StrictStr, ToolPolicy] = Field(default_factory=dict)
     notifications: list[NotificationConfig] = Field(default_factory=list)
+    # `mcp: {SERVER: {TOOL: …}}`: the tools `agentfast mcp-proxy` serves, as policy tool `mcp.SERVER.TOOL`.
+    mcp: dict[StrictStr, dict[StrictStr, ToolPolicy]] = Field(default_factory=dict)
 
 
 def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
@@ -399,10 +401,27 @@ def parse(raw: Any, path: Path, *, version: str = "") -> Policy:
     return Policy(
         path=path,
         agents=agents,
-        tool_overrides=config.tool_overrides,
+        tool_overrides={**config.tool_overrides, **_mcp_tools(config.mcp, config.tool_overrides, path)},
         version=version,
         notifications=tuple(config.notifications),
     )
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """Return the policy tool name of an MCP server's tool."""
+    return f"mcp.{server}.{tool}"
+
+
+def _mcp_tools(
+    servers: dict[str, dict[str, ToolPolicy]], overrides: dict[str, ToolPolicy], path: Path
+) -> dict[str, ToolPolicy]:
+    """Return the `mcp:` entries as tool_overrides; one tool configured in both places is refused."""
+    tools = {
+        mcp_tool_name(server, tool): policy for server, entries in servers.items() for tool, policy in entries.items()
+    }
+    for name in tools.keys() & overrides.keys():
+        raise ConfigError(f"{path}: tool_overrides.{name}: configured under mcp: too; keep one of them")
+    return tools
 
 
 def _agent(name: str, entry: AgentConfig, path: Path) -> AgentSpec:

@@ -9,6 +9,7 @@ from django import template
 from django.utils import timezone
 
 from agents import text
+from agents.gateway.selectors import external_request as _external_request
 
 register = template.Library()
 
@@ -77,3 +78,11 @@ def arguments_changes(approval: Any) -> list[dict[str, str]]:
                 }
             )
     return changes
+
+
+@register.filter
+def external_request(approval: Any) -> dict[str, Any]:
+    """Return what an external agent said about its gated call (description, metadata); {} for other calls."""
+    if approval.run.kind != "external":
+        return {}
+    return _external_request(approval.id, approval.run_id)

@@ -1,0 +1,313 @@
+"""The agentfast gate over HTTP, sync (`Gate`) and async (`AsyncGate`): gate, wait, claim once, report.
+
+Both share the reading of answers (`_after_gate`, `_after_wait`, `_after_claim`), so they
+raise the same errors for the same answers; only the transport differs.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+
+F = TypeVar("F", bound=Callable[..., Any])
+MAX_WAIT_SECONDS = 60  # the server's longest single wait
+
+
+class GateError(Exception):
+    """agentfast refused a request (its status and message), or answered something unexpected."""
+
+    def __init__(self, message: str, *, status: int = 0, code: str = "") -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+class Denied(GateError):
+    """The policy denied the call; `reason` says why."""
+
+    def __init__(self, reason: str, *, approval_id: str, rule: str | None = None) -> None:
+        super().__init__(f"denied: {reason}" if reason else "denied by the policy")
+        self.reason, self.approval_id, self.rule = reason, approval_id, rule
+
+
+class Rejected(GateError):
+    """A reviewer rejected the call (or its deadline passed); `note` is the reviewer's."""
+
+    def __init__(self, note: str, *, approval_id: str, status: str = "rejected") -> None:
+        super().__init__(f"{status}: {note}" if note else status)
+        self.note, self.approval_id, self.status = note, approval_id, status
+
+
+class StillPending(GateError):
+    """Nobody decided within the time the caller would wait; ask again later with the same call id."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(f"approval {approval_id} is still pending")
+        self.approval_id = approval_id
+
+
+class AlreadyClaimed(GateError):
+    """Another caller runs (or ran without reporting) this call: it must not run here."""
+
+    def __init__(self, approval_id: str, state: str) -> None:
+        super().__init__(f"approval {approval_id} was claimed by another caller (state: {state})")
+        self.approval_id, self.state = approval_id, state
+
+
+@dataclass(frozen=True)
+class Permit:
+    """What `require` hands back: run `arguments` once (claimed), or use the stored `result` (not claimed)."""
+
+    approval_id: str
+    claimed: bool
+    arguments: dict[str, Any]
+    idempotency_key: str
+    result: Any = None  # the outcome stored by whoever ran it, when not claimed here
+
+
+def call_id_for(tool: str, arguments: dict[str, Any]) -> str:
+    """Return a call id derived from the tool and its arguments: the same call gets the same id."""
+    body = json.dumps([tool, arguments], sort_keys=True, separators=(",", ":"), default=str)
+    return "d_" + hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+def _checked(response: httpx.Response) -> dict[str, Any]:
+    if response.status_code >= 400:
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        message = body.get("message") or body.get("detail") or response.text[:200]
+        raise GateError(
+            f"{response.status_code}: {message}", status=response.status_code, code=body.get("error_code", "")
+        )
+    return response.json()
+
+
+def _after_gate(answer: dict[str, Any]) -> str | None:
+    """Return the approval id to wait on (pending), None when allowed; raise for denied/rejected/expired."""
+    decision = answer["decision"]
+    if decision == "denied":
+        raise Denied(answer.get("reason", ""), approval_id=answer["approval_id"], rule=answer.get("rule"))
+    if decision in ("rejected", "expired"):
+        raise Rejected(answer.get("reason", ""), approval_id=answer["approval_id"], status=decision)
+    return answer["approval_id"] if decision == "pending" else None
+
+
+def _after_wait(state: dict[str, Any]) -> bool:
+    """Return whether it was approved (False: still pending); raise when rejected or expired."""
+    if state["status"] in ("rejected", "expired"):
+        raise Rejected(state.get("note", ""), approval_id=state["approval_id"], status=state["status"])
+    return state["status"] == "approved"
+
+
+def _after_claim(approval_id: str, claim: dict[str, Any], arguments: dict[str, Any]) -> Permit:
+    if claim["claimed"]:
+        return Permit(approval_id, True, claim.get("arguments") or arguments, claim["idempotency_key"])
+    outcome = claim.get("result")
+    if outcome is None:
+        raise AlreadyClaimed(approval_id, claim["state"])
+    return Permit(approval_id, False, arguments, claim["idempotency_key"], result=outcome)
+
+
+def _outcome(value: Any) -> Any:
+    """Return a function's value as JSON (text when it is not JSON)."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _stored_value(permit: Permit) -> Any:
+    """Return what the first run returned, or raise its error again."""
+    outcome = permit.result or {}
+    if not outcome.get("ok", True):
+        raise GateError(f"the call already ran and failed: {outcome.get('error', '')}", code="already_failed")
+    return outcome.get("result")
+
+
+def _bound(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+class _Base:
+    def __init__(
+        self, url: str, token: str, *, agent: str = "python", session: str = "default", timeout: float = 300
+    ) -> None:
+        self.url, self.agent, self.session, self.timeout = url.rstrip("/"), agent, session, timeout
+        self._headers = {"Authorization": f"Bearer {token}"}
+
+    def _gate_body(
+        self, tool: str, args: dict[str, Any], session: str | None, call_id: str | None, **extra: Any
+    ) -> dict[str, Any]:
+        return {
+            "agent": self.agent,
+            "session": session or self.session,
+            "call_id": call_id or call_id_for(tool, args),
+            "tool": tool,
+            "arguments": args,
+            **{key: value for key, value in extra.items() if value},
+        }
+
+
+class Gate(_Base):
+    """The gate of an agentfast server, for an account of the `agent` role (blocking calls)."""
+
+    def __init__(self, url: str, token: str, **options: Any) -> None:
+        super().__init__(url, token, **options)
+        self.http = httpx.Client(base_url=self.url, headers=self._headers, timeout=MAX_WAIT_SECONDS + 15)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def gate(self, tool: str, args: dict[str, Any], *, session: str | None = None, call_id: str | None = None,
+             description: str = "", metadata: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        """Ask the policy about a call: its answer (allowed, denied or pending, with the approval id)."""
+        body = self._gate_body(tool, args, session, call_id, description=description, metadata=metadata)
+        return _checked(self.http.post("/api/gate", json=body))
+
+    def wait(self, approval_id: str, *, timeout: float = 30) -> dict[str, Any]:
+        """Wait up to `timeout` seconds (60 at most) for a decision; return the approval's state."""
+        params = {"timeout": min(timeout, MAX_WAIT_SECONDS)}
+        return _checked(self.http.get(f"/api/approvals/{approval_id}/wait", params=params))
+
+    def claim(self, approval_id: str) -> dict[str, Any]:
+        """Claim the execution of an approved call (exactly one caller gets `claimed: true`)."""
+        return _checked(self.http.post(f"/api/approvals/{approval_id}/claim"))
+
+    def report(self, approval_id: str, *, ok: bool, result: Any = None, error: str = "") -> dict[str, Any]:
+        """Store what the claimed call did (once; the same report again is fine)."""
+        body = {"ok": ok, "result": _outcome(result), "error": error}
+        return _checked(self.http.post(f"/api/approvals/{approval_id}/result", json=body))
+
+    def require(self, tool: str, args: dict[str, Any], *, session: str | None = None, call_id: str | None = None,
+                description: str = "", metadata: dict[str, Any] | None = None,
+                timeout: float | None = None) -> Permit:  # fmt: skip
+        """Gate a call, wait for its decision, claim it: what to run, or Denied/Rejected/StillPending."""
+        answer = self.gate(tool, args, session=session, call_id=call_id, description=description, metadata=metadata)
+        approval_id = _after_gate(answer)
+        if approval_id is not None:
+            deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+            while not _after_wait(self.wait(approval_id, timeout=max(0.0, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    raise StillPending(approval_id)
+        return _after_claim(answer["approval_id"], self.claim(answer["approval_id"]), args)
+
+    def run(self, permit: Permit, fn: Callable[..., Any]) -> Any:
+        """Run `fn(**arguments)` once for a claimed permit and report it; else return the stored result."""
+        if not permit.claimed:
+            return _stored_value(permit)
+        try:
+            value = fn(**permit.arguments)
+        except Exception as exc:
+            self.report(permit.approval_id, ok=False, error=f"{type(exc).__name__}: {exc}")
+            raise
+        self.report(permit.approval_id, ok=True, result=value)
+        return value
+
+    def guard(self, tool: str | None = None, *, description: str = "") -> Callable[[F], F]:
+        """Decorate a function so each call is gated, waited on, claimed, run once and reported.
+
+        The decorated function takes two extra keyword arguments: `call_id` (default: a digest
+        of the tool and arguments, so the same call returns the stored result) and `session`.
+        """
+
+        def decorate(fn: F) -> F:
+            name = tool or fn.__name__
+
+            @functools.wraps(fn)
+            def guarded(*args: Any, call_id: str | None = None, session: str | None = None, **kwargs: Any) -> Any:
+                arguments = _bound(fn, args, kwargs)
+                desc = description or (fn.__doc__ or "").strip()
+                permit = self.require(name, arguments, session=session, call_id=call_id, description=desc)
+                return self.run(permit, fn)
+
+            return guarded  # type: ignore[return-value]
+
+        return decorate
+
+
+class AsyncGate(_Base):
+    """The gate of an agentfast server, for an account of the `agent` role (coroutines)."""
+
+    def __init__(self, url: str, token: str, **options: Any) -> None:
+        super().__init__(url, token, **options)
+        self.http = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=MAX_WAIT_SECONDS + 15)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def gate(self, tool: str, args: dict[str, Any], *, session: str | None = None, call_id: str | None = None,
+                   description: str = "", metadata: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        """Ask the policy about a call: its answer (allowed, denied or pending, with the approval id)."""
+        body = self._gate_body(tool, args, session, call_id, description=description, metadata=metadata)
+        return _checked(await self.http.post("/api/gate", json=body))
+
+    async def wait(self, approval_id: str, *, timeout: float = 30) -> dict[str, Any]:
+        """Wait up to `timeout` seconds (60 at most) for a decision; return the approval's state."""
+        params = {"timeout": min(timeout, MAX_WAIT_SECONDS)}
+        return _checked(await self.http.get(f"/api/approvals/{approval_id}/wait", params=params))
+
+    async def claim(self, approval_id: str) -> dict[str, Any]:
+        """Claim the execution of an approved call (exactly one caller gets `claimed: true`)."""
+        return _checked(await self.http.post(f"/api/approvals/{approval_id}/claim"))
+
+    async def report(self, approval_id: str, *, ok: bool, result: Any = None, error: str = "") -> dict[str, Any]:
+        """Store what the claimed call did (once; the same report again is fine)."""
+        body = {"ok": ok, "result": _outcome(result), "error": error}
+        return _checked(await self.http.post(f"/api/approvals/{approval_id}/result", json=body))
+
+    async def require(self, tool: str, args: dict[str, Any], *, session: str | None = None,
+                      call_id: str | None = None, description: str = "", metadata: dict[str, Any] | None = None,
+                      timeout: float | None = None) -> Permit:  # fmt: skip
+        """Gate a call, wait for its decision, claim it: what to run, or Denied/Rejected/StillPending."""
+        answer = await self.gate(
+            tool, args, session=session, call_id=call_id, description=description, metadata=metadata
+        )
+        approval_id = _after_gate(answer)
+        if approval_id is not None:
+            deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+            while not _after_wait(await self.wait(approval_id, timeout=max(0.0, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    raise StillPending(approval_id)
+        return _after_claim(answer["approval_id"], await self.claim(answer["approval_id"]), args)
+
+    async def run(self, permit: Permit, fn: Callable[..., Awaitable[Any] | Any]) -> Any:
+        """Run `fn(**arguments)` once for a claimed permit (awaited if a coroutine) and report it."""
+        if not permit.claimed:
+            return _stored_value(permit)
+        try:
+            value = fn(**permit.arguments)
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception as exc:
+            await self.report(permit.approval_id, ok=False, error=f"{type(exc).__name__}: {exc}")
+            raise
+        await self.report(permit.approval_id, ok=True, result=value)
+        return value
+
+    def guard(self, tool: str | None = None, *, description: str = "") -> Callable[[F], F]:
+        """Decorate a function (sync or async) so each call is gated, claimed, run once and reported."""
+
+        def decorate(fn: F) -> F:
+            name = tool or fn.__name__
+
+            @functools.wraps(fn)
+            async def guarded(*args: Any, call_id: str | None = None, session: str | None = None, **kwargs: Any) -> Any:
+                arguments = _bound(fn, args, kwargs)
+                desc = description or (fn.__doc__ or "").strip()
+                permit = await self.require(name, arguments, session=session, call_id=call_id, description=desc)
+                return await self.run(permit, fn)
+
+            return guarded  # type: ignore[return-value]
+
+        return decorate

@@ -1,0 +1,94 @@
+"""A running agentfast (daphne) with a policy, an agent account and a reviewer, for the clients' tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agents import services
+from agents.gateway import ids
+from agents.models import Approval
+from tests.conftest import child_env
+from tests.support.processes import Daphne
+
+POLICY = """
+tool_overrides:
+  wire_money:
+    rules:
+      - {name: huge, when: "args.cents > 100000", action: deny, reason: "wires over 1,000.00 need a ticket"}
+"""
+
+
+@dataclass
+class Server:
+    """The running agentfast and the tokens of its agent account and of a reviewer."""
+
+    url: str
+    agent_token: str
+    reviewer_token: str
+
+    def approval_id(self, *, agent: str, session: str, call_id: str) -> str:
+        return ids.approval_id(owner="robot", agent=agent, session=session, external_call_id=call_id)
+
+    def await_pending(self, approval_id: str, *, within: float = 60) -> None:
+        """Block until the approval exists (the client has gated it); fail after `within` seconds."""
+        deadline = time.monotonic() + within
+        while not Approval.objects.filter(pk=approval_id, status=Approval.Status.PENDING).exists():
+            assert time.monotonic() < deadline, f"{approval_id} was never gated"
+            time.sleep(0.05)
+
+    def decide(self, approval_id: str, decision: str, note: str = "") -> None:
+        """Decide as a reviewer, over the HTTP API."""
+        response = httpx.post(
+            f"{self.url}/api/approvals/{approval_id}/decide",
+            json={"decision": decision, "note": note},
+            headers={"Authorization": f"Bearer {self.reviewer_token}"},
+        )
+        assert response.status_code == 200, response.text
+
+
+@pytest.fixture
+def server(transactional_db: None, agent_config: Callable[[str], Path], alice: Any, tmp_path: Path) -> Iterator[Server]:
+    agent_config(POLICY)  # before daphne starts: it reads the environment
+    services.user_create(username="robot", role="agent")
+    agent_token = services.token_create(username="robot")[1]
+    reviewer_token = services.token_create(username="alice")[1]
+    daphne = Daphne(
+        log=tmp_path / "daphne.log",
+        env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost", AGENTFAST_LOG_LEVEL="WARNING"),
+    )
+    daphne.start()
+    daphne.wait_ready(timeout=20)
+    yield Server(daphne.url, agent_token, reviewer_token)
+    daphne.kill()
+
+
+@pytest.fixture(scope="session")
+def openai_agents_python() -> Path:
+    """Return the Python of a virtualenv with the client and the OpenAI Agents SDK, built once and kept.
+
+    The SDK's package is named `agents`, like agentfast's engine, so it cannot live in the
+    project's environment: it gets its own, under var/ (rebuilt when the client's pyproject changes).
+    """
+    import hashlib
+    import subprocess
+    import sys
+
+    from tests.support.processes import ROOT
+
+    client = ROOT / "clients" / "python"
+    stamp_text = hashlib.sha256((client / "pyproject.toml").read_bytes()).hexdigest()
+    venv = ROOT / "var" / "openai-agents-venv"
+    python, stamp = venv / "bin" / "python", venv / ".installed"
+    if not (python.exists() and stamp.exists() and stamp.read_text() == stamp_text):
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        subprocess.run([*install, "-e", f"{client}[openai-agents]"], check=True, timeout=600)
+        stamp.write_text(stamp_text)
+    return python

@@ -1,0 +1,98 @@
+"""The Python client (clients/python) against a running agentfast: guard, require, async, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from agentfast_client import AsyncGate, Denied, Gate, Rejected, StillPending
+
+from tests.clients.conftest import Server
+
+pytestmark = pytest.mark.integration
+
+
+def _in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    """Start fn in a thread; its value or exception lands in the returned dict."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = fn()
+        except Exception as exc:  # noqa: BLE001 (the test asserts on it)
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, outcome
+
+
+def test_it_runs_a_guarded_function_once_after_a_reviewer_approves(server: Server) -> None:
+    gate = Gate(server.url, server.agent_token, agent="billing", session="thread-1")
+    wires: list[tuple[int, str]] = []
+
+    @gate.guard(tool="wire_money")
+    def wire_money(cents: int, to: str) -> dict[str, Any]:
+        """Wire money to a supplier."""
+        wires.append((cents, to))
+        return {"wire": f"W-{len(wires)}"}
+
+    thread, outcome = _in_thread(lambda: wire_money(2500, "ACME", call_id="c1"))
+    approval_id = server.approval_id(agent="billing", session="thread-1", call_id="c1")
+    server.await_pending(approval_id)
+    assert wires == []
+    server.decide(approval_id, "approved")
+    thread.join(timeout=60)
+
+    assert outcome == {"value": {"wire": "W-1"}}
+    assert wires == [(2500, "ACME")]
+    # The same call again: the stored result, not a second wire.
+    assert wire_money(2500, "ACME", call_id="c1") == {"wire": "W-1"}
+    assert wires == [(2500, "ACME")]
+
+
+def test_it_raises_rejected_with_the_reviewers_note(server: Server) -> None:
+    ran: list[int] = []
+
+    async def flow() -> Any:
+        gate = AsyncGate(server.url, server.agent_token, agent="billing", session="thread-2")
+
+        @gate.guard(tool="wire_money")
+        async def wire_money(cents: int) -> str:
+            ran.append(cents)
+            return "sent"
+
+        try:
+            return await wire_money(5000, call_id="c2")
+        finally:
+            await gate.aclose()
+
+    thread, outcome = _in_thread(lambda: asyncio.run(flow()))
+    approval_id = server.approval_id(agent="billing", session="thread-2", call_id="c2")
+    server.await_pending(approval_id)
+    server.decide(approval_id, "rejected", note="not this supplier")
+    thread.join(timeout=60)
+
+    assert isinstance(outcome["error"], Rejected)
+    assert outcome["error"].note == "not this supplier"
+    assert ran == []
+
+
+def test_it_raises_denied_and_still_pending_and_runs_unlisted_tools_at_once(server: Server) -> None:
+    gate = Gate(server.url, server.agent_token, agent="billing", session="thread-3")
+
+    with pytest.raises(Denied) as denied:
+        gate.require("wire_money", {"cents": 500_000}, call_id="big")
+    assert denied.value.reason == "wires over 1,000.00 need a ticket"
+
+    with pytest.raises(StillPending) as pending:
+        gate.require("wire_money", {"cents": 700}, call_id="slow", timeout=0.2)
+    assert pending.value.approval_id == server.approval_id(agent="billing", session="thread-3", call_id="slow")
+
+    permit = gate.require("lookup_order", {"order": "A-1"}, call_id="look")
+    assert permit.claimed and permit.arguments == {"order": "A-1"}
+    assert gate.run(permit, lambda order: f"order {order}") == "order A-1"
+    again = gate.require("lookup_order", {"order": "A-1"}, call_id="look")
+    assert not again.claimed and again.result == {"ok": True, "result": "order A-1"}
