@@ -448,8 +448,8 @@ def _deadline_answer(
 @_live_page
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = RunFilter(request.GET)
-    data = getattr(filters, "cleaned_data", {})
     page = _window(filters.runs(), request, RUNS_PAGE_SIZE)
+    data = getattr(filters, "cleaned_data", {})  # after runs(), which validates the filters
     # The pending counts of the visible runs only: one small query, not a join over every run.
     visible = [run.id for run in page]
     pending, scheduled = selectors.run_pending_counts(visible), selectors.run_scheduled_times(visible)

@@ -30,6 +30,8 @@ from typing import Any, NoReturn, get_type_hints
 from django.conf import settings
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from agents import text
+
 BUILTIN_TOOL_MODULES = ("agents.tools.demo",)
 
 
@@ -246,7 +248,8 @@ def summarize(arguments: Any, *, template: str = "") -> str:
     `{name}` is the value, `{name|money}` cents as "25.00", `{name|date}` an ISO date as
     "2 Dec 2026". A missing or unreadable value leaves the template for the fallback.
     """
-    values = arguments if isinstance(arguments, dict) else {}
+    # Stored arguments may predate the text rules: a summary is shown, so it must always be text.
+    values = text.repair(arguments) if isinstance(arguments, dict) else {}
     if template:
         try:
             return _PLACEHOLDER.sub(lambda match: _formatted(values, match.group(1), match.group(2)), template)
