@@ -45,9 +45,18 @@ def in_threads(task: Callable[[int], Any]) -> list[Any]:
     return results
 
 
+def _forget_connections() -> None:
+    """Close every connection, and on PostgreSQL the pool too: a forked child must not share its sockets."""
+    connections.close_all()
+    for connection in connections.all(initialized_only=True):
+        close_pool = getattr(connection, "close_pool", None)
+        if close_pool is not None:
+            close_pool()
+
+
 def in_processes(task: Callable[[int], Any]) -> list[Any]:
     """Run task(i) in N forked processes released together; return their results."""
-    connections.close_all()  # children must open their own database connections
+    _forget_connections()  # children must open their own database connections
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(N)
     queue = context.Queue()
