@@ -48,8 +48,8 @@ def in_threads(task: Callable[[int], Any]) -> list[Any]:
 def _forget_connections() -> None:
     """Close every connection, and on PostgreSQL the pool too: a forked child must not share its sockets."""
     connections.close_all()
-    for connection in connections.all(initialized_only=True):
-        close_pool = getattr(connection, "close_pool", None)
+    for wrapper in connections.all(initialized_only=True):
+        close_pool = getattr(wrapper, "close_pool", None)
         if close_pool is not None:
             close_pool()
 
