@@ -58,17 +58,8 @@ GrantLookup = Callable[[CallFacts, ToolPolicy], GrantMatch | None]
 
 
 def no_grant(facts: CallFacts, policy: ToolPolicy) -> GrantMatch | None:
-    """Return no grant: the default until remembered decisions exist."""
+    """Return no grant: what evaluate() finds when its caller passes no lookup (policy check, tests)."""
     return None
-
-
-_grant_lookup: GrantLookup = no_grant
-
-
-def register_grant_lookup(lookup: GrantLookup) -> None:
-    """Set how evaluate() finds a remembered decision when its caller passes none."""
-    global _grant_lookup
-    _grant_lookup = lookup
 
 
 @dataclass(frozen=True)
@@ -168,7 +159,7 @@ def evaluate(
 
     for rule in (r for r in tool.rules if r.action == "deny" and matches(r)):
         return replace(base, action="deny", rule=rule.name, reason=said(rule.reason or f"denied by rule {rule.name}"))
-    grant = (grant_lookup or _grant_lookup)(facts, tool) if tool.grants else None
+    grant = (grant_lookup or no_grant)(facts, tool) if tool.grants else None
     if grant is not None:
         reason = said(grant.reason or f"{'approved' if grant.action == 'allow' else 'rejected'} by grant {grant.id}")
         return replace(base, action=grant.action, grant_id=grant.id, reason=reason)
@@ -183,16 +174,32 @@ def evaluate(
         failures.append(f"rule {rule.name!r} gave no time ({problem}): a person decides instead")
         return replace(base, action="ask", rule=rule.name, reason=said(""))
     for rule in (r for r in tool.rules if r.action == "ask" and matches(r)):
+        approvers, quorum = _askers(rule, base.approvers, base.quorum)
         return replace(
             base,
             action="ask",
             rule=rule.name,
             reason=said(f"rule {rule.name} asks"),
-            approvers=rule.approvers if rule.approvers is not None else base.approvers,
-            quorum=rule.quorum or base.quorum,
+            approvers=approvers,
+            quorum=quorum,
             **_rule_deadline(rule, base),
         )
     return replace(base, reason=said(""))
+
+
+def asked(facts: CallFacts, tool: ToolPolicy) -> tuple[tuple[str, ...], int]:
+    """Return who an ask for this call goes to, and how many: the first matching ask rule's, else the tool's."""
+    variables = facts.variables()
+    for rule in (r for r in tool.rules if r.action == "ask"):
+        held, problem = _holds(rule, variables)
+        if held or problem:  # a rule that cannot be evaluated asks: fail closed
+            return _askers(rule, tuple(tool.approvers), tool.quorum)
+    return tuple(tool.approvers), tool.quorum
+
+
+def _askers(rule: Rule, approvers: tuple[str, ...], quorum: int) -> tuple[tuple[str, ...], int]:
+    """Return an ask rule's approvers and quorum, each falling back to the tool's."""
+    return (tuple(rule.approvers) if rule.approvers is not None else approvers), rule.quorum or quorum
 
 
 def _rule_deadline(rule: Rule, base: Verdict) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from agents import text
 from agents.models import Approval, AuditEntry, Grant, arguments_digest
 from agents.policy import config
 from agents.policy.config import ConfigError, ToolPolicy, agent_for, get_policy
-from agents.policy.rules import CallFacts, GrantMatch, Verdict, _holds
+from agents.policy.rules import CallFacts, GrantMatch, Verdict, asked
 from agents.services import eligibility
 from agents.services.audit import audit_append
 from agents.services.errors import InvalidInput, NotFound, NotPermitted
@@ -206,24 +206,13 @@ def _still_authorized(grant: Grant, facts: CallFacts, tool: ToolPolicy) -> bool:
     user = User.objects.filter(username=grant.created_by, is_active=True).first()
     if user is None or eligibility.refusal_of_role(user) is not None:
         return False
-    approvers, quorum = _asked(facts, tool)
+    approvers, quorum = asked(facts, tool)
     if grant.decision == Approval.Status.APPROVED and quorum > 1:
         return False
     probe = Approval(approvers=list(approvers), four_eyes=False)  # four eyes is checked below, without a run row
     if approvers and eligibility.restriction(user, probe) is not None:
         return False
     return not (tool.four_eyes and facts.variables()["run"]["created_by"] == grant.created_by)
-
-
-def _asked(facts: CallFacts, tool: ToolPolicy) -> tuple[tuple[str, ...], int]:
-    """Return who the policy would ask for this call, and how many: the first matching ask rule, else the tool's."""
-    variables = facts.variables()
-    for rule in (r for r in tool.rules if r.action == "ask"):
-        held, problem = _holds(rule, variables)
-        if held or problem:  # a rule that cannot be evaluated asks: fail closed
-            approvers = rule.approvers if rule.approvers is not None else tool.approvers
-            return tuple(approvers), rule.quorum or tool.quorum
-    return tuple(tool.approvers), tool.quorum
 
 
 def grant_use(*, approval: Approval, verdict: Verdict) -> None:
