@@ -14,6 +14,7 @@ from django.core.mail import EmailMultiAlternatives
 from django.template.loader import render_to_string
 from standardwebhooks.webhooks import Webhook
 
+from agents.models import arguments_digest
 from agents.notify import payloads
 from agents.notify.config import WebhookChannel
 from agents.notify.models import Delivery
@@ -127,7 +128,7 @@ def one_click_links(approval_id: str, username: str, arguments: Any) -> dict[str
     from agents.services import notify as notify_services
 
     nonce = notify_services.oneclick_issue(approval_id=approval_id, username=username)
-    digest = payloads.arguments_digest(arguments)
+    digest = arguments_digest(arguments)
     links = {}
     for decision in ("approved", "rejected"):
         token = signing.dumps(

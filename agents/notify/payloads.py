@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from django.conf import settings
@@ -18,12 +16,6 @@ def base_url() -> str:
 
 def approval_url(approval_id: str) -> str:
     return f"{base_url()}/approvals/{approval_id}"
-
-
-def arguments_digest(arguments: Any) -> str:
-    """Return a digest of the arguments a reviewer is shown, so a link cannot decide other arguments."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def event(event_type: str, approval: Approval) -> dict[str, Any]:

@@ -13,8 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from agents import services
-from agents.models import Approval, AuditEntry
-from agents.notify import payloads
+from agents.models import Approval, AuditEntry, arguments_digest
 from agents.notify.channels import ONE_CLICK_MAX_AGE, ONE_CLICK_SALT
 from agents.notify.models import OneClickLink
 from agents.services import notify as notify_services
@@ -63,7 +62,7 @@ def _link(token: str) -> Link:
     approval = Approval.objects.select_related("tool_call", "run").filter(pk=claims.get("a", "")).first()
     if approval is None or claims.get("k") not in ("approved", "rejected"):
         raise LinkRefused("This link is not valid.")
-    if claims.get("d") != payloads.arguments_digest(approval.tool_call.arguments):
+    if claims.get("d") != arguments_digest(approval.tool_call.arguments):
         raise LinkRefused("The call changed since this mail was sent. Open the approval in agentfast instead.")
     used = OneClickLink.objects.filter(nonce=claims.get("n", ""), approval_id=approval.id, username=claims.get("u"))
     if not used.filter(used_at__isnull=True).exists():
