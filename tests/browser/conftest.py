@@ -115,3 +115,14 @@ def viewer(browser: Any, live_server: Daphne) -> Iterator[Callable[..., Viewer]]
     yield open_as
     for context in contexts:
         context.close()
+
+
+def wait_js(page: Any, expression: str, arg: Any = None, *, timeout: float = 10) -> None:
+    """Wait until a JavaScript expression (or `arg => …` function) is truthy in the page.
+
+    Not Playwright's wait_for_function: it evaluates its predicate with eval, which the
+    pages' Content-Security-Policy (no 'unsafe-eval') refuses once it has to poll.
+    """
+    from tests.conftest import wait_for
+
+    wait_for(lambda: page.evaluate(expression, arg), timeout=timeout, what=f"the page to satisfy {expression}")

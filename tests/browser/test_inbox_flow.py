@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Page
 
 from agents.models import Approval, Run, SideEffect
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import screenshot, wait_js
 from tests.conftest import ROOT, child_env, wait_for
 from tests.support.flows import pending, start
 
@@ -55,7 +55,7 @@ def test_it_shows_a_paused_call_to_every_reviewer_and_runs_the_edited_approval(s
     for person in (alices, bobs):
         card = person.page.wait_for_selector(CARD)
         assert "Refund 25.00 on A1001" in card.inner_text() and "refund_request" in card.inner_text()
-        person.page.wait_for_function("document.title === '(1) Inbox · agentfast'")
+        wait_js(person.page, "document.title === '(1) Inbox · agentfast'")
     approval = Approval.objects.get(run_id=run_id)
     alices.screenshot("inbox")
     phone = viewer("bob", viewport={"width": 390, "height": 844})
@@ -83,13 +83,13 @@ def test_it_shows_a_paused_call_to_every_reviewer_and_runs_the_edited_approval(s
 
     # Bob, a moment late, has the approval open: it says live who decided, and his buttons are off
     # (a decision sent anyway is refused with 409: tests/dashboard/test_approval.py).
-    late.wait_for_function("document.getElementById('approval-status').textContent.trim() === 'approved'")
+    wait_js(late, "document.getElementById('approval-status').textContent.trim() === 'approved'")
     assert late.inner_text("#approval-live .live-status").startswith("alice approved this")
     assert late.is_disabled("#decision button[value=rejected]")
     screenshot(late, "approval-decided-first")
 
     bobs.page.wait_for_selector(f"#card-{approval.id}", state="detached")
-    bobs.page.wait_for_function("document.title === 'Inbox · agentfast'")
+    wait_js(bobs.page, "document.title === 'Inbox · agentfast'")
     assert bobs.page.locator(".empty").is_visible()
     # The timeline grows live: the decision, then the refund, then the answer.
     timeline.wait_for_selector("#timeline .event.type-run_status")

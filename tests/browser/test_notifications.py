@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents import services
+from tests.browser.conftest import wait_js
 
 REFUND = "Refund order A1001 for 25.00 USD"
 CARD = "#inbox-cards > .card"
@@ -38,18 +39,18 @@ def test_it_notifies_of_a_card_arriving_in_a_hidden_tab_once_opted_in(start_work
     assert toggle.inner_text() == "Desktop notifications: off"
 
     services.run_create(agent="support", input=REFUND)  # visible tab, not opted in: no notification
-    page.wait_for_function("() => document.title === '(1) Inbox · agentfast'")
+    wait_js(page, "() => document.title === '(1) Inbox · agentfast'")
     toggle.click()
-    page.wait_for_function("() => document.getElementById('notify-toggle').getAttribute('aria-pressed') === 'true'")
+    wait_js(page, "() => document.getElementById('notify-toggle').getAttribute('aria-pressed') === 'true'")
     assert toggle.inner_text() == "Desktop notifications: on"
 
     services.run_create(agent="support", input=REFUND)  # opted in but looking at it: still none
-    page.wait_for_function("() => document.title === '(2) Inbox · agentfast'")
+    wait_js(page, "() => document.title === '(2) Inbox · agentfast'")
     assert page.evaluate("() => window.__notified.length") == 0
     page.evaluate("() => { window.__hidden = true; }")
     services.run_create(agent="support", input=REFUND)
-    page.wait_for_function("() => document.title === '(3) Inbox · agentfast'")
-    page.wait_for_function("() => window.__notified.length > 0")
+    wait_js(page, "() => document.title === '(3) Inbox · agentfast'")
+    wait_js(page, "() => window.__notified.length > 0")
     [shown] = page.evaluate("() => window.__notified")
     assert shown["title"] == "agentfast: a call needs your decision"
     assert "refund_request" in shown["body"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agents.models import Approval, Vote
+from tests.browser.conftest import wait_js
 from tests.browser.test_inbox_flow import wait_live
 from tests.support.flows import pending, start
 from tests.support.policies import support_yaml
@@ -28,13 +29,9 @@ def test_it_needs_two_reviewers_and_shows_the_first_approval_live(agent_config, 
         assert "0 of 2 approvals" in person.page.inner_text(card)
 
     alices.page.click(f"{card} [data-action=approve]")
-    alices.page.wait_for_function(
-        "s => document.querySelector(s)?.innerText.includes('1 of 2 approvals: alice')", arg=card
-    )
+    wait_js(alices.page, "s => document.querySelector(s)?.innerText.includes('1 of 2 approvals: alice')", arg=card)
     # Bob never reloads: the vote reaches his card over the websocket.
-    bobs.page.wait_for_function(
-        "s => document.querySelector(s)?.innerText.includes('1 of 2 approvals: alice')", arg=card
-    )
+    wait_js(bobs.page, "s => document.querySelector(s)?.innerText.includes('1 of 2 approvals: alice')", arg=card)
     approval.refresh_from_db()
     assert approval.status == Approval.Status.PENDING
     bobs.screenshot("quorum-one-of-two")

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import Page
 
 from agents.models import Approval, AuditEntry
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import screenshot, wait_js
 from tests.support.flows import pending, start
 
 pytestmark = pytest.mark.browser
@@ -54,7 +54,7 @@ def test_it_keeps_what_a_reviewer_typed_when_someone_else_decides_and_updates_th
     assert alices.page.input_value(f"{card} textarea[name=note]") == "Wait: the customer wrote again"
     assert alices.page.is_disabled(f"{card} [data-label-reject]")
     alices.screenshot("inbox-decided-elsewhere")
-    tab.wait_for_function("document.getElementById('approval-status').textContent.trim() === 'approved'")
+    wait_js(tab, "document.getElementById('approval-status').textContent.trim() === 'approved'")
     assert tab.inner_text("#approval-live .live-status").startswith("bob approved this")
     assert tab.input_value("#id_note") == "my draft" and tab.is_disabled("#decision button[value=rejected]")
     assert Approval.objects.get(pk=approval.id).decided_by == "bob"
@@ -106,7 +106,7 @@ def test_it_triages_the_inbox_with_the_keyboard_only(viewer, alice):
             assert "press a again" in page.inner_text(f"#card-status-{approval.id}")
             page.keyboard.press("a")
         page.wait_for_selector(f"#card-{approval.id}.decided")
-    page.wait_for_function("document.getElementById('pending-count').dataset.count === '0'")
+    wait_js(page, "document.getElementById('pending-count').dataset.count === '0'")
     took = time.monotonic() - began
 
     statuses = [Approval.objects.get(pk=a.id).status for a in approvals]
@@ -147,7 +147,7 @@ def test_it_announces_new_cards_and_fits_a_phone(viewer, alice):
     wait_live(wide.page)
     [approval] = pending(start(EMAIL, auto_resume=False))
     wide.page.wait_for_selector(f"#card-{approval.id}")
-    wide.page.wait_for_function("document.getElementById('announcer').textContent.includes('Email bob@example.com')")
+    wait_js(wide.page, "document.getElementById('announcer').textContent.includes('Email bob@example.com')")
     assert wide.page.get_attribute("#announcer", "aria-live") == "polite"
     # Every control of a card has a name a screen reader can read.
     unnamed = wide.page.evaluate(
