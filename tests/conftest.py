@@ -44,6 +44,12 @@ class RedisControl:
         redis.Redis.from_url(settings.REDIS_URL).flushall()
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's var/ folder (with pytest-xdist, the controller's, which holds the workers')."""
+    if not hasattr(config, "workerinput") and settings.configured:
+        shutil.rmtree(settings.VAR_DIR, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisControl]:
     control = RedisControl(processes.socket_path(settings.VAR_DIR), settings.VAR_DIR)
