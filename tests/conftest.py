@@ -41,7 +41,11 @@ class RedisControl:
     def flush(self) -> None:
         import redis
 
-        redis.Redis.from_url(settings.REDIS_URL).flushall()
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        try:
+            client.flushall()
+        finally:
+            client.close()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -61,9 +65,15 @@ def redis_server() -> Iterator[RedisControl]:
 
 @pytest.fixture(autouse=True)
 def _redis(redis_server: RedisControl) -> RedisControl:
-    """Every test gets a running Redis (a test that stopped it gets it back)."""
+    """Every test gets a running, empty Redis (a test that stopped it gets it back).
+
+    Empty: tasks that earlier tests queued with no worker running would otherwise reach the
+    next test's worker, which then holds them unacknowledged (a "Redis lost" test's worker
+    dies on closing such a channel, in kombu's restore of unacknowledged messages).
+    """
     if not processes.is_up(redis_server.sock):
         redis_server.start()
+    redis_server.flush()
     return redis_server
 
 
