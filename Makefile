@@ -26,16 +26,21 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 run: $(STAMP)
 	$(BIN)/agentfast dev
 
+# pytest-xdist: one test process per core (PYTEST_WORKERS=0 runs in this process); a test
+# file stays on one worker, so its module-scoped Chromium starts once.
+PYTEST_WORKERS ?= auto
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile
+
 ## Run the test suite (SQLite by default; set DATABASE_URL=postgres://… for Postgres).
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 ## The suite without the tests that start worker processes or drive Chromium, for quick loops.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not integration and not browser" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not integration and not browser" $(XDIST) $(PYTEST_ARGS)
 
 test-postgres: $(STAMP)
-	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 ## Type-check agents/ and dashboard/ (mypy with django-stubs; settings in pyproject.toml).
 typecheck: $(STAMP)

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 # sun_path is 108 bytes on Linux; a deep checkout can exceed it.
 _MAX_SOCKET_PATH = 100
@@ -40,7 +42,14 @@ def socket_path(var_dir: Path) -> Path:
 
 
 def _client(sock: Path, timeout: float = 0.5) -> redis.Redis:
-    return redis.Redis(unix_socket_path=str(sock), socket_timeout=timeout, socket_connect_timeout=timeout)
+    # One attempt: redis-py's default retries with backoff would make every "is it down?"
+    # probe take seconds, and start()/stop() poll with probes of their own.
+    return redis.Redis(
+        unix_socket_path=str(sock),
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
 
 
 def is_up(sock: Path) -> bool:

@@ -13,6 +13,11 @@ from pathlib import Path
 # never share a database or stop each other's Redis; worker processes inherit it.
 _RUN_DIR = Path(__file__).resolve().parent.parent / "var" / "test" / str(os.getpid())
 os.environ.setdefault("AGENTFAST_TEST_VAR_DIR", str(_RUN_DIR))
+# pytest-xdist: each worker inherits the controller's folder; it takes a subfolder of its own
+# (its Redis, its SQLite files), which the worker's own child processes inherit unchanged.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _XDIST_WORKER and Path(os.environ["AGENTFAST_TEST_VAR_DIR"]).name != _XDIST_WORKER:
+    os.environ["AGENTFAST_TEST_VAR_DIR"] = str(Path(os.environ["AGENTFAST_TEST_VAR_DIR"]) / _XDIST_WORKER)
 os.environ["AGENTFAST_VAR_DIR"] = os.environ["AGENTFAST_TEST_VAR_DIR"]
 os.environ.pop("REDIS_URL", None)
 

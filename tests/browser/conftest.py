@@ -126,3 +126,16 @@ def wait_js(page: Any, expression: str, arg: Any = None, *, timeout: float = 10)
     from tests.conftest import wait_for
 
     wait_for(lambda: page.evaluate(expression, arg), timeout=timeout, what=f"the page to satisfy {expression}")
+
+
+def wait_live(page: Any) -> None:
+    """Wait until the page's websocket is open and the list it re-fetches on opening has landed.
+
+    The live dot turns green on the socket's open event, which also sends the list's re-fetch
+    (hx-trigger="htmx:wsOpen"). Acting before that answer lands races it: the answer swaps
+    every card anew, dropping the keyboard selection and any decision's reply that targeted
+    the old card, and a card created meanwhile arrives in it, not as an announced push.
+    """
+    page.wait_for_selector(".live[data-state=open]")
+    wait_js(page, "!document.querySelector('.htmx-request')")
+

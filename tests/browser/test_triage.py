@@ -10,10 +10,9 @@ import os
 import time
 
 import pytest
-from playwright.sync_api import Page
 
 from agents.models import Approval, AuditEntry
-from tests.browser.conftest import screenshot, wait_js
+from tests.browser.conftest import screenshot, wait_js, wait_live
 from tests.support.flows import pending, start
 
 pytestmark = pytest.mark.browser
@@ -23,10 +22,6 @@ EMAIL = "Email bob@example.com that his refund is on its way"
 CARD = "#inbox-cards > .card"
 # How many cards the keyboard-only triage decides (the measurement uses 20).
 TRIAGE_CARDS = int(os.environ.get("AGENTFAST_TRIAGE_CARDS", "10"))
-
-
-def wait_live(page: Page) -> None:
-    page.wait_for_selector(".live[data-state=open]")
 
 
 def test_it_keeps_what_a_reviewer_typed_when_someone_else_decides_and_updates_the_approval_page(viewer, alice, bob):

@@ -76,6 +76,7 @@ def openai_agents_python() -> Path:
     The SDK's package is named `agents`, like agentfast's engine, so it cannot live in the
     project's environment: it gets its own, under var/ (rebuilt when the client's pyproject changes).
     """
+    import fcntl
     import hashlib
     import subprocess
     import sys
@@ -86,9 +87,13 @@ def openai_agents_python() -> Path:
     stamp_text = hashlib.sha256((client / "pyproject.toml").read_bytes()).hexdigest()
     venv = ROOT / "var" / "openai-agents-venv"
     python, stamp = venv / "bin" / "python", venv / ".installed"
-    if not (python.exists() and stamp.exists() and stamp.read_text() == stamp_text):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        subprocess.run([*install, "-e", f"{client}[openai-agents]"], check=True, timeout=600)
-        stamp.write_text(stamp_text)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    # pytest-xdist workers may all get here at once: one builds, the others wait for it.
+    with (venv.parent / "openai-agents-venv.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (python.exists() and stamp.exists() and stamp.read_text() == stamp_text):
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            subprocess.run([*install, "-e", f"{client}[openai-agents]"], check=True, timeout=600)
+            stamp.write_text(stamp_text)
     return python
