@@ -41,6 +41,9 @@ from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_r
 from dashboard.forms import AuditFilter, BulkDecisionForm, DecisionForm, InboxFilter, RunFilter, SavedFilterForm
 
 INBOX_PAGE_SIZE = 20
+# The inbox counts its pending approvals up to this many and says "1000+" beyond: an exact
+# COUNT(*) of 100,000 pending approvals (and their "For me" filter) costs more than the page.
+INBOX_COUNT_CAP = 1000
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -70,6 +73,7 @@ class _Window:
     object_list: list[Any]
     number: int
     has_next: bool
+    pages: int | None = None  # known when the list was counted (the inbox, up to INBOX_COUNT_CAP)
     paginator: None = None
 
     def __iter__(self) -> Iterator[Any]:
@@ -142,11 +146,16 @@ def prepare_cards(user: Any, approvals: Iterable[Approval]) -> None:
 @_live_page
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
     filters = InboxFilter(request.GET, user=request.user)
-    page = _page(filters.pending_approvals(), request, INBOX_PAGE_SIZE)
+    approvals = filters.pending_approvals()
+    count = selectors.count_up_to(approvals, INBOX_COUNT_CAP + 1)
+    page = _window(approvals, request, INBOX_PAGE_SIZE)
+    if count <= INBOX_COUNT_CAP:
+        page.pages = max(1, -(-count // INBOX_PAGE_SIZE))
     prepare_cards(request.user, page.object_list)
     context = {
         "page": page,
-        "count": page.paginator.count,
+        "count": min(count, INBOX_COUNT_CAP),
+        "count_more": count > INBOX_COUNT_CAP,
         "filters": filters,
         "filtered": any(filters.data.get(key) for key in ("agent", "tool", "q")),
         "for_me": filters.for_me,
@@ -159,7 +168,7 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
         # The consumer filters live cards the same way, and inserts them on the first page only.
         # `last`: with the oldest first, a new card belongs at the end of the last page.
         "ws_url": "/ws/inbox/?"
-        + urlencode({**request.GET.dict(), "page": page.number, "last": "0" if page.has_next() else "1"}),
+        + urlencode({**request.GET.dict(), "page": page.number, "last": "0" if page.has_next else "1"}),
     }
     template = "dashboard/_inbox_list.html" if request.htmx else "dashboard/inbox.html"
     return render(request, template, context)
