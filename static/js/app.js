@@ -23,7 +23,7 @@
   function syncTitle() {
     var count = document.getElementById("pending-count");
     if (!count) return;
-    var n = count.dataset.count || "0";  // "1000+" past the count's cap
+    var n = count.dataset.count || "0";  // "500+" past the count's cap
     document.title = (n !== "0" ? "(" + n + ") " : "") + "Inbox · agentfast";
   }
 
