@@ -157,10 +157,11 @@ class JsonArrayHasAny(Func):
         column, params = compiler.compile(self.source_expressions[0])
         return f"({column} ?| %s::text[])", [*params, self.strings]
 
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, tuple[Any, ...]]:
         column, params = compiler.compile(self.source_expressions[0])
         marks = ", ".join(["%s"] * len(self.strings))
-        return f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value IN ({marks}))", [*params, *self.strings]
+        sql = f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value IN ({marks}))"
+        return sql, (*params, *self.strings)
 
 
 def distinct_values(table: str, column: str) -> list[str]:

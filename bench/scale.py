@@ -189,9 +189,8 @@ def _restrict(count: int) -> None:
 
     from agents.models import Approval
 
-    ids = list(
-        Approval.objects.filter(status=Approval.Status.PENDING).order_by("created_at", "id").values_list("pk", flat=True)
-    )[:count:10]
+    waiting = Approval.objects.filter(status=Approval.Status.PENDING).order_by("created_at", "id")
+    ids = list(waiting.values_list("pk", flat=True))[:count:10]
     with transaction.atomic():
         for index, (_, changes) in enumerate(RESTRICTED):
             chosen = ids[index :: len(RESTRICTED)]
@@ -482,10 +481,10 @@ def render(results: dict[str, Any]) -> str:
         f"agentfast at scale · {meta['database']}",
         f"{meta['cpus']} CPUs, load average {meta['loadavg_1m']:.2f}; bench time {meta['seconds']:.1f} s",
         (
-            f"kept (--reuse) {built['runs']:,} runs and {built['audit']:,} audit entries from an earlier build"
+            f"kept (--reuse) {built['runs']:,} runs and {built['audit']:,} audit entries"
             if built.get("reused")
-            else f"built {built['runs']:,} runs ({meta['args']['pending']:,} pending approvals) in {built['runs_seconds']:.1f} s, "
-            f"{built['audit']:,} audit entries in {built['audit_seconds']:.1f} s"
+            else f"built {built['runs']:,} runs ({meta['args']['pending']:,} pending approvals) "
+            f"in {built['runs_seconds']:.1f} s, {built['audit']:,} audit entries in {built['audit_seconds']:.1f} s"
         ),
         "",
         f"{'PAGE (admin, Django test client)':<48}{'n':>5}{'p50 ms':>10}{'p95 ms':>10}{'target p95':>12}{'KB':>8}",

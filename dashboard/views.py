@@ -502,7 +502,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 def _run_page(request: HtmxHttpRequest, run: Run, *, cancel_error: str = "") -> HttpResponse:
     approvals = list(selectors.run_approvals(run))
     eligibility.mark(request.user, approvals)  # a scheduled call's run now and cancel, for who may decide it
-    # A long run shows its latest events (a page that stays as fast at 10,000 events as at 10); `all=1` shows every one.
+    # A long run shows its latest events (as fast at 10,000 events as at 10); `all=1` shows every one.
     show_all = request.GET.get("all") == "1"
     events, earlier = (selectors.run_events(run), False) if show_all else selectors.run_events_latest(run, TIMELINE_EVENTS)
     context = {

@@ -4,30 +4,41 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agents', '0012_deadlines'),
+        ("agents", "0012_deadlines"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='approval',
-            name='approval_status_expires',
+            model_name="approval",
+            name="approval_status_expires",
         ),
         migrations.AddIndex(
-            model_name='approval',
-            index=models.Index(fields=['status', 'expires_at', 'created_at', 'id'], name='approval_inbox_oldest'),
+            model_name="approval",
+            index=models.Index(fields=["status", "expires_at", "created_at", "id"], name="approval_inbox_oldest"),
         ),
         migrations.AddIndex(
-            model_name='approval',
-            index=models.Index(condition=models.Q(('mode', 'suspend'), ('status', 'pending')), fields=['run'], name='approval_pending_suspend'),
+            model_name="approval",
+            index=models.Index(
+                condition=models.Q(("mode", "suspend"), ("status", "pending")),
+                fields=["run"],
+                name="approval_pending_suspend",
+            ),
         ),
         migrations.AddIndex(
-            model_name='approval',
-            index=models.Index(condition=models.Q(('remind_every_seconds__isnull', False)), fields=['status', 'created_at'], name='approval_reminding'),
+            model_name="approval",
+            index=models.Index(
+                condition=models.Q(("remind_every_seconds__isnull", False)),
+                fields=["status", "created_at"],
+                name="approval_reminding",
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(condition=models.Q(('auto_resume', True), ('status', 'suspended')), fields=['id'], name='run_suspended_resumable'),
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("auto_resume", True), ("status", "suspended")),
+                fields=["id"],
+                name="run_suspended_resumable",
+            ),
         ),
     ]
