@@ -21,7 +21,6 @@ from asgiref.sync import sync_to_async
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Page, Paginator
 from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict, StreamingHttpResponse
@@ -59,10 +58,6 @@ TIMELINE_EVENTS = 200
 AUDIT_PAGE_SIZE = 50
 # Deeper pages would make the database skip that many rows: the filters narrow a search instead.
 MAX_PAGE = 2000
-
-
-def _page(items: QuerySet[Any], request: HttpRequest, size: int) -> Page:
-    return Paginator(items, size).get_page(request.GET.get("page"))
 
 
 @dataclass
@@ -503,8 +498,11 @@ def _run_page(request: HtmxHttpRequest, run: Run, *, cancel_error: str = "") -> 
     approvals = list(selectors.run_approvals(run))
     eligibility.mark(request.user, approvals)  # a scheduled call's run now and cancel, for who may decide it
     # A long run shows its latest events (as fast at 10,000 events as at 10); `all=1` shows every one.
-    show_all = request.GET.get("all") == "1"
-    events, earlier = (selectors.run_events(run), False) if show_all else selectors.run_events_latest(run, TIMELINE_EVENTS)
+    events: Iterable[Any]
+    if request.GET.get("all") == "1":
+        events, earlier = selectors.run_events(run), False
+    else:
+        events, earlier = selectors.run_events_latest(run, TIMELINE_EVENTS)
     context = {
         "run": run,
         "events": events,
