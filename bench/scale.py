@@ -402,7 +402,7 @@ def _explain(client: Any, url: str) -> list[dict[str, Any]]:
     explained = []
     for query in captured.captured_queries:
         sql = query["sql"]
-        if "agents_" not in sql or not sql.lstrip().upper().startswith("SELECT"):
+        if "agents_" not in sql or not sql.lstrip().upper().startswith(("SELECT", "WITH")):
             continue
         prefix = "EXPLAIN ANALYZE " if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
         with connection.cursor() as cursor:
