@@ -64,6 +64,10 @@ class Run(models.Model):
             models.Index(fields=["created_at"], name="run_created"),
             models.Index(fields=["status", "created_at"], name="run_status_created"),
             models.Index(fields=["created_by", "created_at"], name="run_created_by"),
+            # The sweeper: suspended runs that resume by themselves (the stranded-run check's outer side).
+            models.Index(
+                fields=["id"], name="run_suspended_resumable", condition=models.Q(status="suspended", auto_resume=True)
+            ),
         ]
         permissions = [("gate_external", "Can gate, claim and report its own external tool calls")]
 
@@ -203,9 +207,21 @@ class Approval(models.Model):
         indexes = [
             models.Index(fields=["status", "created_at"], name="approval_status_created"),
             models.Index(fields=["status", "tool", "created_at"], name="approval_status_tool"),
-            models.Index(fields=["status", "expires_at"], name="approval_status_expires"),
+            # The inbox's order (nearest deadline, then longest waiting) read straight off the index, and
+            # the sweeper's overdue deadlines (its prefix).
+            models.Index(fields=["status", "expires_at", "created_at", "id"], name="approval_inbox_oldest"),
             # The sweeper: suspended runs whose last decision is past the grace period.
             models.Index(fields=["run", "status"], name="approval_run_status"),
+            # The sweeper: which suspended runs still wait on someone (an anti-join on this small index).
+            models.Index(
+                fields=["run"], name="approval_pending_suspend", condition=models.Q(status="pending", mode="suspend")
+            ),
+            # The sweeper's reminders: the few pending approvals that remind, not a scan of every pending one.
+            models.Index(
+                fields=["status", "created_at"],
+                name="approval_reminding",
+                condition=models.Q(remind_every_seconds__isnull=False),
+            ),
         ]
         permissions = [
             ("decide_approval", "Can approve or reject tool calls"),

@@ -13,6 +13,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from agents import sql
 from agents.models import ApiToken, Approval, AuditEntry, Grant, Message, Run, RunEvent, SavedAgent, SideEffect
 from agents.services.errors import NotFound
 
@@ -46,6 +47,11 @@ def approval_list(
     if search:
         approvals = approvals.filter(_search(search))
     return approvals
+
+
+def count_up_to(items: QuerySet[Any], limit: int) -> int:
+    """Return how many items there are, counting no further than `limit` (a bounded read, not a COUNT(*) of all)."""
+    return items.order_by().values("pk")[:limit].count()
 
 
 def _search(words: str) -> Q:
@@ -88,9 +94,9 @@ def approval_get(approval_id: str) -> Approval:
         raise NotFound(f"no approval {approval_id}") from None
 
 
-def approval_tools() -> QuerySet[Approval, str]:
-    """Return the names of the tools any approval asked for, sorted, each once."""
-    return Approval.objects.order_by("tool").values_list("tool", flat=True).distinct()
+def approval_tools() -> list[str]:
+    """Return the names of the tools any approval asked for, sorted, each once (a probe of the tool index per name)."""
+    return sql.distinct_values(Approval._meta.db_table, "tool")
 
 
 def approval_events_after(*, pk: int, limit: int) -> list[tuple[int, str, int, str, dict[str, Any]]]:
@@ -119,9 +125,9 @@ def run_exists(run_id: str) -> bool:
     return Run.objects.filter(pk=run_id).exists()
 
 
-def run_agents() -> QuerySet[Run, str]:
-    """Return the names of the agents any run ran, sorted, each once."""
-    return Run.objects.order_by("agent").values_list("agent", flat=True).distinct()
+def run_agents() -> list[str]:
+    """Return the names of the agents any run ran, sorted, each once (a probe of the agent index per name)."""
+    return sql.distinct_values(Run._meta.db_table, "agent")
 
 
 def run_approvals(run: Run) -> QuerySet[Approval]:
@@ -148,6 +154,12 @@ def run_lease(run_id: str) -> dict[str, Any]:
 def run_events(run: Run) -> QuerySet[RunEvent]:
     """Return a run's stored events, in order."""
     return RunEvent.objects.filter(run=run).order_by("seq")
+
+
+def run_events_latest(run: Run, limit: int) -> tuple[list[RunEvent], bool]:
+    """Return a run's latest `limit` stored events in order, and whether earlier ones exist (limit + 1 rows read)."""
+    rows = list(RunEvent.objects.filter(run=run).order_by("-seq")[: limit + 1])
+    return rows[:limit][::-1], len(rows) > limit
 
 
 def run_events_after(*, run_id: str, seq: int, limit: int) -> list[tuple[int, str, dict[str, Any]]]:
@@ -193,10 +205,11 @@ def audit_entries(
 
 
 # The columns of an audit export row: the id (the keyset), then the export's columns with
-# the note, and `detail` as its JSON text (arguments_diff is read from it).
+# the note, `created_at` as the database's text of it (UTC; the driver's datetime loader is
+# the slowest part of a row) and `detail` as its JSON text (arguments_diff is read from it).
 _AUDIT_CSV_FIELDS = (
     "id",
-    "created_at",
+    "created_text",
     "actor",
     "on_behalf_of",
     "action",
@@ -221,7 +234,11 @@ def audit_csv_rows_after(entries: QuerySet[AuditEntry], *, pk: int, limit: int) 
     rows = (
         entries.filter(pk__gt=pk)
         .order_by("pk")
-        .annotate(note_text=KeyTextTransform("note", "detail"), detail_text=Cast("detail", TextField()))
+        .annotate(
+            created_text=Cast("created_at", TextField()),
+            note_text=KeyTextTransform("note", "detail"),
+            detail_text=Cast("detail", TextField()),
+        )
     )
     return list(rows.values_list(*_AUDIT_CSV_FIELDS)[:limit])
 
@@ -320,9 +337,8 @@ def run_search(
 
 
 def run_creators() -> list[str]:
-    return list(
-        Run.objects.exclude(created_by="").order_by("created_by").values_list("created_by", flat=True).distinct()
-    )
+    """Return who started runs, sorted, each once (a probe of the run_created_by index per name)."""
+    return sql.distinct_values(Run._meta.db_table, "created_by")
 
 
 def decided_approvals(*, since: datetime | None = None) -> QuerySet[Approval]:

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models import BooleanField, F, Func
 
 from agents.models import Approval, Run, ToolCall
 
@@ -135,3 +136,50 @@ def toolcall_claim(*, tool_call_pk: int, now: datetime) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(sql, [db_time(now), ToolCall.Status.RUNNING, tool_call_pk, Run.Status.CANCELLED])
         return bool(cursor.rowcount)
+
+
+class JsonArrayHasAny(Func):
+    """True when a JSON array column holds any of these strings as an element (the approvers of a call).
+
+    Django's `has_any_keys` asks PostgreSQL the right question (`?|` matches array elements)
+    but SQLite a different one (object keys), so each database gets its own spelling here.
+    """
+
+    output_field = BooleanField()
+
+    def __init__(self, column: str, strings: list[str]) -> None:
+        if not strings:
+            raise ValueError("JsonArrayHasAny needs at least one string")
+        super().__init__(F(column))
+        self.strings = list(strings)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        column, params = compiler.compile(self.source_expressions[0])
+        return f"({column} ?| %s::text[])", [*params, self.strings]
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, tuple[Any, ...]]:
+        column, params = compiler.compile(self.source_expressions[0])
+        marks = ", ".join(["%s"] * len(self.strings))
+        sql = f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value IN ({marks}))"
+        return sql, (*params, *self.strings)
+
+
+def distinct_values(table: str, column: str) -> list[str]:
+    """Return the distinct non-empty values of an indexed text column, sorted: one index probe per value.
+
+    A loose index scan (each step asks the index for the next value above the last), so ten
+    agents among 100,000 runs cost ten probes rather than a DISTINCT over every row.
+    Only for the project's own tables and columns: the names are not parameters.
+    """
+    table, column = connection.ops.quote_name(table), connection.ops.quote_name(column)
+    sql = f"""
+        WITH RECURSIVE found(value) AS (
+            SELECT MIN({column}) FROM {table} WHERE {column} > ''
+            UNION ALL
+            SELECT (SELECT MIN({column}) FROM {table} WHERE {column} > found.value) FROM found
+            WHERE found.value IS NOT NULL
+        )
+        SELECT value FROM found WHERE value IS NOT NULL"""
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return [row[0] for row in cursor.fetchall()]

@@ -42,6 +42,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-csv", action="store_true", help="skip the CSV export through daphne")
     parser.add_argument("--verbose", action="store_true", help="print EXPLAIN of each page's queries")
     parser.add_argument("--sqlite", action="store_true", help="on a fresh SQLite file in var/bench/ instead")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the database a previous run built at these sizes (migrating it) instead of building it again",
+    )
     args = parser.parse_args(argv)
     if min(args.pending, args.audit, args.events, args.repeat) < 1:
         parser.error("--pending, --audit, --events and --repeat must be at least 1")
@@ -61,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
     redis = None
     try:
-        target = setup.prepare()
+        target = setup.prepare(fresh=not args.reuse)
         redis = setup.start_redis()
         with _django(target):
             print(render(_run(args, target)))
@@ -82,7 +87,7 @@ def _django(target: setup.Target) -> Iterator[None]:
     from django.core.management import call_command
     from django.db import connections
 
-    progress(f"migrating a fresh {target.engine} database ({target.label})")
+    progress(f"migrating the {target.engine} database ({target.label})")
     call_command("migrate", verbosity=0, interactive=False)
     try:
         yield
@@ -114,11 +119,17 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from agents.models import AuditEntry, Run
     from bench import measure
 
+    if args.reuse:
+        kept = _kept(args)
+        if kept is not None:
+            return kept
+        progress("--reuse: no database of these sizes to keep, building one")
     t0 = time.perf_counter()
     measure.check_flow()  # one real decision: the audit entries' template
     template = measure.paused_run()
     progress(f"building {args.pending:,} paused runs with a pending approval each")
     _clone_runs(template, args.pending)
+    _restrict(args.pending)
     t1 = time.perf_counter()
     long_run = measure.paused_run()
     _add_events(long_run, args.events)
@@ -134,6 +145,58 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         "runs": Run.objects.count(),
         "audit": args.audit,
     }
+
+
+def _kept(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Return what a previous build left, when it has the sizes asked for (None: build afresh)."""
+    from agents.models import Approval, AuditEntry, Run
+
+    pending = Approval.objects.filter(status=Approval.Status.PENDING).count()
+    audit = AuditEntry.objects.count()
+    long_run = Run.objects.order_by("-last_event_seq").values_list("id", "last_event_seq").first()
+    # The clones and the long run's template each hold a pending approval; a kept audit has the clones and one more.
+    if not (args.pending <= pending <= args.pending + 3 and args.audit <= audit <= args.audit + 2):
+        return None
+    if long_run is None or long_run[1] < args.events:
+        return None
+    if not Approval.objects.filter(status=Approval.Status.PENDING).exclude(approvers=[]).exists():
+        _restrict(args.pending)
+    _analyze()
+    progress(f"--reuse: kept {pending:,} pending approvals and {audit:,} audit entries")
+    return {
+        "long_run": long_run[0],
+        "runs_seconds": 0.0,
+        "audit_seconds": 0.0,
+        "seconds": 0.0,
+        "runs": Run.objects.count(),
+        "audit": audit,
+        "reused": True,
+    }
+
+
+# Who the restricted approvals wait for: a group the bench admin is not in, the admin by name
+# (with a group), and four eyes on runs the admin did not start. The inbox's "For me" filters them.
+RESTRICTED = (
+    ("not for the admin", {"approvers": ["finance"]}),
+    ("the admin by name", {"approvers": ["user:bench-admin", "managers"]}),
+    ("four eyes", {"four_eyes": True}),
+)
+
+
+def _restrict(count: int) -> None:
+    """Make every tenth pending approval wait for someone in particular (a third each of RESTRICTED)."""
+    from django.db import transaction
+
+    from agents.models import Approval
+
+    waiting = Approval.objects.filter(status=Approval.Status.PENDING).order_by("created_at", "id")
+    ids = list(waiting.values_list("pk", flat=True))[:count:10]
+    with transaction.atomic():
+        for index, (_, changes) in enumerate(RESTRICTED):
+            chosen = ids[index :: len(RESTRICTED)]
+            for start in range(0, len(chosen), BATCH):
+                Approval.objects.filter(pk__in=chosen[start : start + BATCH]).update(**changes)
+    progress(f"  {len(ids):,} pending approvals restricted (approvers or four eyes)")
 
 
 def _clone_runs(template_id: str, count: int) -> None:
@@ -245,8 +308,10 @@ def _clone_audit(template: Any, count: int) -> None:
 def _analyze() -> None:
     from django.db import connection
 
+    # VACUUM too on PostgreSQL: a live database's autovacuum keeps the visibility map current,
+    # which index-only scans need; a bulk-loaded one has not had it yet.
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE")
+        cursor.execute("VACUUM ANALYZE" if connection.vendor == "postgresql" else "ANALYZE")
 
 
 # -- measuring ---------------------------------------------------------------------------------
@@ -258,7 +323,11 @@ def _run(args: argparse.Namespace, target: setup.Target) -> dict[str, Any]:
     started = time.perf_counter()
     built = build(args)
     progress(f"built in {built['seconds']:.1f} s; timing the pages ({args.repeat} requests each)")
-    admin, _ = services.user_create(username="bench-admin", role="admin")
+    from django.contrib.auth.models import User
+
+    admin = User.objects.filter(username="bench-admin").first()  # kept by --reuse
+    if admin is None:
+        admin, _ = services.user_create(username="bench-admin", role="admin")
     client = _client(admin)
     pages = _pages(built["long_run"])
     results: dict[str, Any] = {"built": built, "pages": {}, "explain": {}}
@@ -333,7 +402,7 @@ def _explain(client: Any, url: str) -> list[dict[str, Any]]:
     explained = []
     for query in captured.captured_queries:
         sql = query["sql"]
-        if "agents_" not in sql or not sql.lstrip().upper().startswith("SELECT"):
+        if "agents_" not in sql or not sql.lstrip().upper().startswith(("SELECT", "WITH")):
             continue
         prefix = "EXPLAIN ANALYZE " if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
         with connection.cursor() as cursor:
@@ -412,8 +481,10 @@ def render(results: dict[str, Any]) -> str:
         f"agentfast at scale · {meta['database']}",
         f"{meta['cpus']} CPUs, load average {meta['loadavg_1m']:.2f}; bench time {meta['seconds']:.1f} s",
         (
-            f"built {built['runs']:,} runs ({meta['args']['pending']:,} pending approvals) in {built['runs_seconds']:.1f} s, "
-            f"{built['audit']:,} audit entries in {built['audit_seconds']:.1f} s"
+            f"kept (--reuse) {built['runs']:,} runs and {built['audit']:,} audit entries"
+            if built.get("reused")
+            else f"built {built['runs']:,} runs ({meta['args']['pending']:,} pending approvals) "
+            f"in {built['runs_seconds']:.1f} s, {built['audit']:,} audit entries in {built['audit_seconds']:.1f} s"
         ),
         "",
         f"{'PAGE (admin, Django test client)':<48}{'n':>5}{'p50 ms':>10}{'p95 ms':>10}{'target p95':>12}{'KB':>8}",

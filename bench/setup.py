@@ -46,8 +46,8 @@ class Target:
     database_url: str | None  # what DATABASE_URL the worker gets (None: the settings default)
 
 
-def prepare() -> Target:
-    """Set the environment Django will read and create a fresh bench database."""
+def prepare(*, fresh: bool = True) -> Target:
+    """Set the environment Django will read and create a fresh bench database (or keep the one there: fresh=False)."""
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     config = VAR_DIR / "bench.yaml"
     config.write_text(CONFIG)
@@ -62,18 +62,21 @@ def prepare() -> Target:
     url = os.environ.get("DATABASE_URL")
     if not url:
         path = VAR_DIR / "agentfast.sqlite3"
-        _remove_sqlite(path)
+        if fresh:
+            _remove_sqlite(path)
         return Target("sqlite", _relative(path), None)
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
         path = Path(unquote(parts.path))
         _require_bench_name(path.name, url)
-        _remove_sqlite(path)
+        if fresh:
+            _remove_sqlite(path)
         return Target("sqlite", _relative(path), url)
     if parts.scheme in {"postgres", "postgresql"}:
         name = unquote(parts.path.lstrip("/"))
         _require_bench_name(name, url)
-        _recreate_postgres(parts, name)
+        if fresh:
+            _recreate_postgres(parts, name)
         where = f"{name} @ {parts.hostname or 'localhost'}:{parts.port or 5432}"
         return Target("postgresql", where, url)
     raise BenchError(f"DATABASE_URL: unsupported scheme {parts.scheme!r} (use postgres:// or sqlite://)")

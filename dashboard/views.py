@@ -9,9 +9,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import string
 import unicodedata
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,7 +21,6 @@ from asgiref.sync import sync_to_async
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Page, Paginator
 from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict, StreamingHttpResponse
@@ -41,6 +42,9 @@ from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_r
 from dashboard.forms import AuditFilter, BulkDecisionForm, DecisionForm, InboxFilter, RunFilter, SavedFilterForm
 
 INBOX_PAGE_SIZE = 20
+# The inbox counts its pending approvals up to this many and says "500+" beyond: an exact
+# COUNT(*) of 100,000 pending approvals (and their "For me" filter) costs more than the page.
+INBOX_COUNT_CAP = 500
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -50,13 +54,10 @@ class HtmxHttpRequest(HttpRequest):
 
 
 RUNS_PAGE_SIZE = 25
+TIMELINE_EVENTS = 200
 AUDIT_PAGE_SIZE = 50
 # Deeper pages would make the database skip that many rows: the filters narrow a search instead.
 MAX_PAGE = 2000
-
-
-def _page(items: QuerySet[Any], request: HttpRequest, size: int) -> Page:
-    return Paginator(items, size).get_page(request.GET.get("page"))
 
 
 @dataclass
@@ -70,6 +71,7 @@ class _Window:
     object_list: list[Any]
     number: int
     has_next: bool
+    pages: int | None = None  # known when the list was counted (the inbox, up to INBOX_COUNT_CAP)
     paginator: None = None
 
     def __iter__(self) -> Iterator[Any]:
@@ -142,11 +144,16 @@ def prepare_cards(user: Any, approvals: Iterable[Approval]) -> None:
 @_live_page
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
     filters = InboxFilter(request.GET, user=request.user)
-    page = _page(filters.pending_approvals(), request, INBOX_PAGE_SIZE)
+    approvals = filters.pending_approvals()
+    count = selectors.count_up_to(approvals, INBOX_COUNT_CAP + 1)
+    page = _window(approvals, request, INBOX_PAGE_SIZE)
+    if count <= INBOX_COUNT_CAP:
+        page.pages = max(1, -(-count // INBOX_PAGE_SIZE))
     prepare_cards(request.user, page.object_list)
     context = {
         "page": page,
-        "count": page.paginator.count,
+        "count": min(count, INBOX_COUNT_CAP),
+        "count_more": count > INBOX_COUNT_CAP,
         "filters": filters,
         "filtered": any(filters.data.get(key) for key in ("agent", "tool", "q")),
         "for_me": filters.for_me,
@@ -159,7 +166,7 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
         # The consumer filters live cards the same way, and inserts them on the first page only.
         # `last`: with the oldest first, a new card belongs at the end of the last page.
         "ws_url": "/ws/inbox/?"
-        + urlencode({**request.GET.dict(), "page": page.number, "last": "0" if page.has_next() else "1"}),
+        + urlencode({**request.GET.dict(), "page": page.number, "last": "0" if page.has_next else "1"}),
     }
     template = "dashboard/_inbox_list.html" if request.htmx else "dashboard/inbox.html"
     return render(request, template, context)
@@ -490,9 +497,17 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 def _run_page(request: HtmxHttpRequest, run: Run, *, cancel_error: str = "") -> HttpResponse:
     approvals = list(selectors.run_approvals(run))
     eligibility.mark(request.user, approvals)  # a scheduled call's run now and cancel, for who may decide it
+    # A long run shows its latest events (as fast at 10,000 events as at 10); `all=1` shows every one.
+    events: Iterable[Any]
+    if request.GET.get("all") == "1":
+        events, earlier = selectors.run_events(run), False
+    else:
+        events, earlier = selectors.run_events_latest(run, TIMELINE_EVENTS)
     context = {
         "run": run,
-        "events": selectors.run_events(run),
+        "events": events,
+        "earlier": earlier,
+        "timeline_limit": TIMELINE_EVENTS,
         "approvals": approvals,
         "waiting": [approval for approval in approvals if approval.status == Approval.Status.PENDING],
         "cancel_error": cancel_error,
@@ -589,37 +604,51 @@ async def _csv_lines(entries: QuerySet[AuditEntry]) -> AsyncIterator[str]:
 def _csv_batch(entries: QuerySet[AuditEntry], after: int) -> tuple[int | None, str]:
     """Return the CSV lines of the next batch after id `after`, and its last id (None: the export is done)."""
     batch = selectors.audit_csv_rows_after(entries, pk=after, limit=CSV_BATCH)
-    lines = _csv_text([_csv_row(row) for row in batch])
+    # PostgreSQL's UTF-8 text and jsonb hold neither NUL nor lone surrogates: only SQLite's rows need repair.
+    lines = _csv_text([_csv_row(row) for row in batch], repair=connection.vendor != "postgresql")
     return (batch[-1][0] if len(batch) == CSV_BATCH else None), lines
 
 
-def _csv_text(rows: Iterable[Sequence[str]]) -> str:
+def _csv_text(rows: Iterable[Sequence[str]], *, repair: bool = True) -> str:
     """Return rows as CSV text, with NUL and lone surrogates repaired in one pass over the whole batch."""
     buffer = io.StringIO()
     csv.writer(buffer).writerows(rows)
     # Only NUL and lone surrogates need repair, and the CSV writer adds neither: repairing the
     # batch's text once is the same as repairing each cell, at a fraction of the cost.
-    return text.repair(buffer.getvalue())
+    return text.repair(buffer.getvalue()) if repair else buffer.getvalue()
+
+
+# A cell starting with one of these is never a formula: most cells skip _spreadsheet_safe's call.
+_SAFE_FIRST = frozenset(string.ascii_letters + string.digits)
 
 
 def _csv_row(row: tuple[Any, ...]) -> list[str]:
-    """Return one entry's cells: (id, created_at, the plain columns…, note, detail JSON, prev_hash, hash)."""
+    """Return one entry's cells: (id, created_at text, the plain columns…, note, detail JSON, prev_hash, hash)."""
     _, created_at, *columns, note, detail_text, prev_hash, hash_ = row
     detail_text = detail_text or "{}"
     # The stored JSON text is shown as it is, unless it has escapes to spell out (SQLite keeps
     # non-ASCII as \uXXXX) or an argument diff to pick out: most rows skip the JSON work.
     detail = json.loads(detail_text) if "\\" in detail_text or "arguments_diff" in detail_text else None
     diff = detail.get("arguments_diff", {}) if isinstance(detail, dict) else {}
-    safe = _spreadsheet_safe
+    safe, ok = _spreadsheet_safe, _SAFE_FIRST
     return [
-        created_at.isoformat(),
-        *[safe(value) for value in columns],  # text columns: str already
-        safe(note or ""),
-        json.dumps(diff, ensure_ascii=False, default=str),  # JSON objects: they start with "{"
+        _iso_time(created_at),
+        *[value if not value or value[0] in ok else safe(value) for value in columns],  # text columns: str already
+        "" if not note else note if note[0] in ok else safe(note),
+        json.dumps(diff, ensure_ascii=False, default=str) if diff else "{}",  # JSON objects: they start with "{"
         detail_text if detail is None else json.dumps(detail, ensure_ascii=False, default=str),
         prev_hash,
         hash_,
     ]
+
+
+def _iso_time(value: str) -> str:
+    """Return a stored time (the database's text of it, UTC) as ISO 8601 with its offset, as datetime.isoformat does.
+
+    Read as text and parsed here: the driver's datetime loader costs more than the rest of the row.
+    """
+    moment = datetime.fromisoformat(value)
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
 
 
 _FORMULA_STARTS = frozenset("=+-@")

@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 
 from agents.models import Approval
+from agents.sql import JsonArrayHasAny
 
 DECIDE = "agents.decide_approval"
 USER_PREFIX = "user:"
@@ -57,14 +58,19 @@ def refusal_for_name(username: str, approval: Approval) -> str | None:
 
 
 def decidable(user: Any, approvals: QuerySet[Approval]) -> QuerySet[Approval]:
-    """Narrow approvals to those this user may decide (the inbox's "For me")."""
+    """Narrow approvals to those this user may decide (the inbox's "For me"), in SQL.
+
+    The same rule as `restriction`, as a filter the database applies: a page of 100,000
+    restricted approvals costs one indexed query, not a read of each one in Python.
+    """
     if refusal_of_role(user) is not None:
         return approvals.none()
-    open_to_all = Q(approvers=[], four_eyes=False)
-    restricted = approvals.exclude(open_to_all).select_related("run")
-    groups = group_names(user)
-    allowed = [approval.pk for approval in restricted if restriction(user, approval, groups) is None]
-    return approvals.filter(open_to_all | Q(pk__in=allowed))
+    username = user.get_username()
+    # Group names that look like `user:<name>` would read as a person in `_is_approver`: never as a group.
+    names = [USER_PREFIX + username, *sorted(g for g in group_names(user) if not g.startswith(USER_PREFIX))]
+    approver = Q(approvers=[]) | Q(approvers__isnull=True) | Q(JsonArrayHasAny("approvers", names))
+    own_run = Q(four_eyes=True, run__created_by=username)
+    return approvals.filter(approver & ~own_run)
 
 
 def mark(user: Any, approvals: Iterable[Approval]) -> None:

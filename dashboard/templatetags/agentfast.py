@@ -7,6 +7,7 @@ from typing import Any
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
 
 from agents import text
 from agents.gateway.selectors import external_request as _external_request
@@ -86,3 +87,19 @@ def external_request(approval: Any) -> dict[str, Any]:
     if approval.run.kind != "external":
         return {}
     return _external_request(approval.id, approval.run_id)
+
+
+@register.simple_tag
+def event_time(value: datetime) -> str:
+    """Return a timeline entry's <time>: machine-readable, the full time on hover, the clock time shown.
+
+    One tag instead of three `date` filters: a run page of hundreds of events spent a quarter
+    of its time formatting dates.
+    """
+    moment = timezone.localtime(value)
+    return format_html(
+        '<time class="meta" datetime="{}" title="{} UTC">{}</time>',
+        moment.isoformat(),
+        moment.strftime("%Y-%m-%d %H:%M:%S"),
+        moment.strftime("%H:%M:%S"),
+    )

@@ -23,8 +23,8 @@
   function syncTitle() {
     var count = document.getElementById("pending-count");
     if (!count) return;
-    var n = Number(count.dataset.count);
-    document.title = (n ? "(" + n + ") " : "") + "Inbox · agentfast";
+    var n = count.dataset.count || "0";  // "500+" past the count's cap
+    document.title = (n !== "0" ? "(" + n + ") " : "") + "Inbox · agentfast";
   }
 
   document.addEventListener("htmx:oobBeforeSwap", function (event) {

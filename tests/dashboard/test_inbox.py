@@ -137,3 +137,21 @@ def test_it_asks_for_an_answer_on_a_questions_card(client_for, alice):
     assert f'form="answer-{question.id}" class="primary" data-action="approve">Approve with answer<' in question_card
     assert 'hx-vals=\'{"decision": "approved"}\'' not in question_card  # no approval without the answer
     assert 'name="answer"' not in refund_card and ">Approve</button>" in refund_card
+
+
+def test_it_counts_no_further_than_its_cap_and_pages_on_without_a_total(client_for, alice, monkeypatch):
+    from agents import selectors
+
+    monkeypatch.setattr(views, "INBOX_COUNT_CAP", 2)
+    monkeypatch.setattr(views, "INBOX_PAGE_SIZE", 2)
+    ids = [pending(start(REFUND))[0].id for _ in range(3)]
+    client = client_for(alice)
+
+    first, second = client.get("/").content.decode(), client.get("/?page=2").content.decode()
+
+    assert card_ids(first) == ids[:2] and card_ids(second) == ids[2:]
+    assert "<title>(2+) Inbox · agentfast</title>" in first and 'data-count="2+"' in first
+    assert "Page 1</span>" in first and 'href="?page=2"' in first and "Page 1 of" not in first
+    # A bounded read, not a COUNT(*) of every pending approval.
+    everything = Approval.objects.all()
+    assert selectors.count_up_to(everything, 2) == 2 and selectors.count_up_to(everything, 9) == 3

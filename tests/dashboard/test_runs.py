@@ -220,3 +220,22 @@ def test_it_shows_the_first_page_for_a_page_past_the_end(client_for, alice):
     html = client_for(alice).get("/runs?page=999999999").content.decode()
 
     assert run_ids(html) == [run.id]
+
+
+def test_it_shows_a_long_runs_latest_events_and_every_one_when_asked(client_for, alice, monkeypatch):
+    from dashboard import views
+
+    monkeypatch.setattr(views, "TIMELINE_EVENTS", 3)
+    run = start(REFUND)
+    pending(run)
+    client = client_for(alice)
+    every = list(Run.objects.get(pk=run.id).events.order_by("seq").values_list("seq", flat=True))
+
+    latest = client.get(f"/runs/{run.id}").content.decode()
+    whole = client.get(f"/runs/{run.id}?all=1").content.decode()
+
+    shown = [int(seq) for seq in re.findall(r'<li id="event-(\d+)"', latest)]
+    assert len(every) > 3 and shown == every[-3:]
+    assert "Showing the latest 3 events." in latest and 'href="?all=1"' in latest
+    assert [int(seq) for seq in re.findall(r'<li id="event-(\d+)"', whole)] == every
+    assert "Showing the latest" not in whole and f'hx-get="/runs/{run.id}?all=1"' in whole
