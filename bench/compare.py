@@ -473,6 +473,8 @@ async def _langgraph_async(conninfo: str, args: argparse.Namespace, model: SlowM
     async with AsyncConnectionPool(conninfo, max_size=args.pool, kwargs=kwargs, open=False) as pool:
         saver = AsyncPostgresSaver(pool)
         await saver.setup()
+        async with pool.connection() as conn:  # made by the in-process pass, unless --throughput-only
+            await conn.execute(EFFECT_DDL)
 
         async def model_node(state: State) -> dict[str, Any]:
             tools = [{"type": "function", "function": {"name": "send_email", "parameters": {"type": "object"}}}]
@@ -548,7 +550,9 @@ def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[st
         extra = () if args.concurrency is None else _pool_args(args.concurrency)
         workers.append(setup.start_cli_worker(log, name=f"bench{n}", extra=extra, **worker_env))
     daphne = setup.start_cli_serve(setup.VAR_DIR / "compare-daphne.log", **env)
-    cpu = CpuMeter({"web": daphne.process.pid, **{f"worker{n}": w.process.pid for n, w in enumerate(workers, 1)}})
+    pids = {"web": daphne.process.pid, **{f"worker{n}": w.process.pid for n, w in enumerate(workers, 1)}}
+    database = urlsplit(os.environ["DATABASE_URL"])
+    cpu = ProcessMeter(pids, (database.port or 5432) if database.scheme.startswith("postgres") else None)
     approver = Approver(daphne.url, {"Authorization": f"Bearer {token}"}, threads=args.approvers)
     try:
         approver.start()
@@ -596,6 +600,7 @@ def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[st
         "from_stream": approver.from_stream,
         "from_listing": approver.from_listing,
         "cpu_seconds": cpu_seconds,
+        "db_connections": cpu.max_connections if cpu.db_port else None,
         "split": _split(workers, run_ids) if args.scale_out else None,
     }
 
@@ -728,14 +733,18 @@ class Approver:
             self.errors.append(f"decide {approval_id}: {response.status_code} {response.text}")
 
 
-class CpuMeter:
-    """CPU seconds each agentfast process spent during the pass (where the time goes)."""
+class ProcessMeter:
+    """CPU seconds each agentfast process spent during the pass, and the most Postgres connections it held."""
 
-    def __init__(self, pids: dict[str, int]) -> None:
+    def __init__(self, pids: dict[str, int], db_port: int | None) -> None:
         import psutil
 
         self.processes = {name: psutil.Process(pid) for name, pid in pids.items()}
+        self.db_port = db_port
         self.before: dict[str, float] = {}
+        self.max_connections = dict.fromkeys(pids, 0)
+        self.stopping = threading.Event()
+        self.sampler = threading.Thread(target=self._sample, name="meter", daemon=True)
 
     def _now(self) -> dict[str, float]:
         out = {}
@@ -745,11 +754,22 @@ class CpuMeter:
         out["bench"] = sum(os.times()[:2])
         return out
 
+    def _sample(self) -> None:
+        while self.db_port and not self.stopping.wait(0.5):
+            for name, process in self.processes.items():
+                try:
+                    held = [c for c in process.net_connections("tcp") if c.raddr and c.raddr.port == self.db_port]
+                except Exception:  # noqa: BLE001 — the process is gone
+                    continue
+                self.max_connections[name] = max(self.max_connections[name], len(held))
+
     def start(self) -> None:
         self.before = self._now()
+        self.sampler.start()
 
     def stop(self) -> dict[str, float]:
         after = self._now()
+        self.stopping.set()
         return {name: after[name] - self.before[name] for name in after}
 
 
@@ -866,6 +886,9 @@ def _render_throughput(results: dict[str, Any]) -> list[str]:
     )
     cpu = ", ".join(f"{name} {seconds:.1f}" for name, seconds in t["cpu_seconds"].items())
     out.append(f"  CPU seconds during the pass: {cpu} ({t['seconds']:.1f} s of wall time)")
+    if t.get("db_connections"):
+        held = ", ".join(f"{name} {count}" for name, count in t["db_connections"].items())
+        out.append(f"  Postgres connections held at most: {held}")
     split = t.get("split")
     if split:
         shares = ", ".join(f"{name} {count}" for name, count in split["drives"].items())

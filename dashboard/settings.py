@@ -79,7 +79,7 @@ def _database(url: str) -> dict[str, object]:
 # the events publisher), and the server's max_connections (or a pooler such as PgBouncer in
 # transaction mode) at the sum over every process. AGENTFAST_DB_POOL=0 turns it off (persistent
 # connections per thread instead, as before).
-DB_POOL_SIZE = env.int("AGENTFAST_DB_POOL", default=60)
+DB_POOL_SIZE = env.int("AGENTFAST_DB_POOL", default=20)
 
 
 def _postgres(config: dict[str, object]) -> dict[str, object]:
