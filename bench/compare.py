@@ -77,7 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--throughput-only", action="store_true", help="only the throughput pass (no round trip, no storage)"
     )
     parser.add_argument(
-        "--approvers", type=int, default=8, help="threads the approving client decides on (default 8)"
+        "--approvers", type=int, default=4, help="threads the approving client decides on (default 4)"
     )
     parser.add_argument(
         "--sqlite",
@@ -581,6 +581,17 @@ def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[st
     effects = SideEffect.objects.filter(idempotency_key__in=list(decided_at))
     lags = [measure.ms(e.created_at.timestamp() - decided_at[e.idempotency_key]) for e in effects]
     approved = Approval.objects.filter(run_id__in=run_ids, status=Approval.Status.APPROVED).count()
+    # The part after the web process wrote the decision: the queue, a worker thread, the lease, the call.
+    decided_rows = dict(Approval.objects.filter(run_id__in=run_ids).values_list("id", "decided_at"))
+    created_rows = dict(Approval.objects.filter(run_id__in=run_ids).values_list("id", "created_at"))
+    heard = [
+        measure.ms(at - created_rows[key].timestamp()) for key, at in approver.heard_at.items() if key in created_rows
+    ]
+    after_row = [
+        measure.ms((e.created_at - decided_rows[e.idempotency_key]).total_seconds())
+        for e in effects
+        if decided_rows.get(e.idempotency_key)
+    ]
     return {
         "runs": args.runs,
         "completed": Run.objects.filter(pk__in=run_ids, status=Run.Status.COMPLETED).count(),
@@ -594,6 +605,8 @@ def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[st
         "max_in_flight": model.max_in_flight,
         "model_requests": len(model.server.requests),
         "decision_to_effect": measure.summary(lags),
+        "row_to_effect": measure.summary(after_row),
+        "paused_to_heard": measure.summary(heard),
         "decide_request": measure.summary(
             [measure.ms(approver.answered_at[k] - decided_at[k]) for k in approver.answered_at]
         ),
@@ -657,6 +670,7 @@ class Approver:
         self.submitted: set[str] = set()
         self.decided_at: dict[str, float] = {}  # approval id (= the side effect's key) → when its POST left
         self.answered_at: dict[str, float] = {}  # … → when its 200 came back
+        self.heard_at: dict[str, float] = {}  # … → when its approval_required came on the stream
         self.errors: list[str] = []
         self.from_stream = self.from_listing = 0
         self.live = threading.Event()
@@ -696,6 +710,7 @@ class Approver:
                             elif line.startswith("data: "):
                                 payload = json.loads(line[6:])
                                 if payload.get("event") == "approval_required":
+                                    self.heard_at.setdefault(payload["data"]["approval_id"], time.time())
                                     self._submit(payload["data"]["approval_id"], stream=True)
                 except httpx.HTTPError:
                     if not self.stopping.is_set():
@@ -777,7 +792,7 @@ def _split(workers: list[Any], run_ids: set[str]) -> dict[str, Any]:
     """Count, from each worker's log, the drives it made of each run; a run driven by two at once would show."""
     import re
 
-    pattern = re.compile(r"drove (run_\w+): (\w+)")
+    pattern = re.compile(r"agents\.tasks: drove (run_\w+): (\w+)")  # our handler's lines, not the root copy
     per_worker: dict[str, int] = {}
     per_run: dict[str, list[str]] = {}
     for n, worker in enumerate(workers, 1):
@@ -882,7 +897,12 @@ def _render_throughput(results: dict[str, Any]) -> list[str]:
     )
     out.append(
         f"  POST …/decide answered in p50 {t['decide_request']['p50_ms']:.1f} / p95 "
-        f"{t['decide_request']['p95_ms']:.1f} ms (part of decision → effect)"
+        f"{t['decide_request']['p95_ms']:.1f} ms; decision row written → effect p50 "
+        f"{t['row_to_effect']['p50_ms']:.1f} / p95 {t['row_to_effect']['p95_ms']:.1f} ms (queue, worker, lease, call)"
+    )
+    out.append(
+        f"  paused (approval row) → approval_required heard on GET /api/events: p50 "
+        f"{t['paused_to_heard']['p50_ms']:.1f} / p95 {t['paused_to_heard']['p95_ms']:.1f} ms"
     )
     cpu = ", ".join(f"{name} {seconds:.1f}" for name, seconds in t["cpu_seconds"].items())
     out.append(f"  CPU seconds during the pass: {cpu} ({t['seconds']:.1f} s of wall time)")
