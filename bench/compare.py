@@ -824,8 +824,9 @@ def _ratio(a: dict[str, float], b: dict[str, float]) -> float:
 
 def render(results: dict[str, Any]) -> str:
     meta = results["meta"]
+    durability = meta["args"]["durability"]
     out = [
-        f"agentfast vs LangGraph (PostgresSaver, durability={meta['args']['durability']}) · agentfast on {meta['database']}",
+        f"agentfast vs LangGraph (PostgresSaver, durability={durability}) · agentfast on {meta['database']}",
         f"{meta['cpus']} CPUs, load average {meta['loadavg_1m']:.2f}; bench time {meta['seconds']:.1f} s",
     ]
     if "round_trip" in results:
@@ -884,7 +885,8 @@ def _render_throughput(results: dict[str, Any]) -> list[str]:
         )
     t = results["af_throughput"]
     if "lg_throughput" in results:
-        out.append(f"  runs/s ratio agentfast / LangGraph: {_runs_per_second(t) / _runs_per_second(results['lg_throughput']):.2f}×")
+        ratio = _runs_per_second(t) / _runs_per_second(results["lg_throughput"])
+        out.append(f"  runs/s ratio agentfast / LangGraph: {ratio:.2f}×")
     threads = "the default" if args["concurrency"] is None else args["concurrency"]
     out.append(
         f"  agentfast: {threads} threads a worker, {args['approvers']} approver threads (decisions heard on the "
