@@ -26,8 +26,15 @@ class OnCommitTask(DjangoTask):
         transaction.on_commit(lambda: _send(self, *args, **kwargs))
 
 
+def start_on_commit(run_id: str) -> None:
+    """Start a new run in a worker once the current transaction commits, after any decided run waiting."""
+    from agents.tasks import run_start
+
+    run_start.delay_on_commit(run_id)
+
+
 def drive_on_commit(run_id: str) -> None:
-    """Start or resume a run in a worker once the current transaction commits."""
+    """Start or resume a run in a worker once the current transaction commits (ahead of new runs)."""
     from agents.tasks import run_drive  # the tasks import the runtime, whose services import this module
 
     run_drive.delay_on_commit(run_id)

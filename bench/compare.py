@@ -56,7 +56,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=40, help="runs of the throughput pass, each (default 40)")
     parser.add_argument("--workers", type=int, default=2, help="agentfast celery workers (default 2)")
     parser.add_argument(
-        "--concurrency", type=int, default=50, help="threads per agentfast worker (default 50; 1: the solo pool)"
+        "--concurrency",
+        type=int,
+        default=None,
+        help="threads per agentfast worker (default: `agentfast worker`'s own; 1: the solo pool)",
     )
     parser.add_argument(
         "--fail-rate",
@@ -70,9 +73,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--durability", choices=("sync", "async", "exit"), default="sync", help="LangGraph's durability (default sync)"
     )
     parser.add_argument("--no-throughput", action="store_true", help="skip the throughput pass")
+    parser.add_argument(
+        "--throughput-only", action="store_true", help="only the throughput pass (no round trip, no storage)"
+    )
+    parser.add_argument(
+        "--approvers", type=int, default=4, help="threads the approving client decides on (default 4)"
+    )
+    parser.add_argument(
+        "--sqlite",
+        action="store_true",
+        help="agentfast's processes on SQLite (var/bench); LangGraph stays on DATABASE_URL's Postgres. Implies "
+        "--throughput-only",
+    )
+    parser.add_argument(
+        "--scale-out",
+        action="store_true",
+        help="the workers as separate machines (own var/ folders, shared Postgres and Redis); prints their split",
+    )
+    parser.add_argument("--skip-langgraph", action="store_true", help="agentfast's throughput only (quick loops)")
     args = parser.parse_args(argv)
-    if min(args.rounds, args.paused, args.runs, args.workers, args.pool, args.concurrency) < 1:
-        parser.error("--rounds, --paused, --runs, --workers, --concurrency and --pool must be at least 1")
+    if args.sqlite:
+        args.throughput_only = True
+        if args.scale_out:
+            parser.error("--scale-out needs Postgres: two machines cannot share a SQLite file")
+    if min(args.rounds, args.paused, args.runs, args.workers, args.pool, args.approvers, args.concurrency or 1) < 1:
+        parser.error("--rounds, --paused, --runs, --workers, --approvers and --pool must be at least 1")
     if not 0 <= args.fail_rate < 1:
         parser.error("--fail-rate must be in [0, 1)")
     return args
@@ -85,10 +110,12 @@ def _terminate(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
-    os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
-    if urlsplit(os.environ["DATABASE_URL"]).scheme not in {"postgres", "postgresql"}:
+    postgres_url = os.environ.get("DATABASE_URL") or DEFAULT_URL
+    if urlsplit(postgres_url).scheme not in {"postgres", "postgresql"}:
         print("bench: the comparison needs PostgreSQL (DATABASE_URL=postgres://…/<name with 'bench'>)", file=sys.stderr)
         return 1
+    # agentfast's processes use DATABASE_URL; with --sqlite a fresh file under var/bench instead.
+    os.environ["DATABASE_URL"] = f"sqlite:///{setup.VAR_DIR / 'compare-bench.sqlite3'}" if args.sqlite else postgres_url
     try:
         import langgraph.checkpoint.postgres  # noqa: F401
     except ImportError:
@@ -97,11 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     redis = model = None
     try:
         target = setup.prepare()
+        if args.sqlite:  # LangGraph's database is fresh too (prepare() made agentfast's)
+            setup.recreate_postgres(postgres_url)
         model = SlowModel(args.delay).start()
         (setup.VAR_DIR / "bench.yaml").write_text(_config(model.base_url))
         redis = setup.start_redis()
         with _django(target):
-            print(render(_run(args, target, model)))
+            print(render(_run(args, target, model, _conninfo(postgres_url))))
     except setup.BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
@@ -206,12 +235,37 @@ class SlowModel:
 # -- the passes -----------------------------------------------------------------------------
 
 
-def _run(args: argparse.Namespace, target: setup.Target, model: SlowModel) -> dict[str, Any]:
+def _run(args: argparse.Namespace, target: setup.Target, model: SlowModel, conninfo: str) -> dict[str, Any]:
+    started = time.perf_counter()
+    results: dict[str, Any] = {} if args.throughput_only else _in_process(args, conninfo)
+    if not args.no_throughput:
+        if not args.skip_langgraph:
+            progress(f"throughput, LangGraph async: {args.runs} runs at once, model answering after {args.delay} s")
+            model.reset()
+            results["lg_throughput"] = asyncio.run(_langgraph_async(conninfo, args, model))
+        progress(
+            f"throughput, agentfast on {target.engine}: `agentfast serve` + {args.workers} × `agentfast worker`"
+            f"{'' if args.concurrency is None else f' --concurrency={args.concurrency}'}"
+            f"{' (separate machines)' if args.scale_out else ''}, {args.runs} runs over the HTTP API, "
+            f"{args.approvers} approver threads, {args.fail_rate:.0%} of model requests failing"
+        )
+        model.reset()
+        model.fail_rate = args.fail_rate
+        results["af_throughput"] = _agentfast_throughput(args, model)
+    results["meta"] = {
+        "database": target.label,
+        "cpus": os.cpu_count(),
+        "loadavg_1m": os.getloadavg()[0],
+        "seconds": time.perf_counter() - started,
+        "args": vars(args),
+    }
+    return results
+
+
+def _in_process(args: argparse.Namespace, conninfo: str) -> dict[str, Any]:
+    """The round trip and the bytes per paused run, in this process, both on the same Postgres."""
     from bench import measure
 
-    started = time.perf_counter()
-    url = os.environ["DATABASE_URL"]
-    conninfo = _conninfo(url)
     measure.check_flow()
     results: dict[str, Any] = {}
     with LangGraphSync(conninfo, args.durability) as lg:
@@ -227,24 +281,6 @@ def _run(args: argparse.Namespace, target: setup.Target, model: SlowModel) -> di
         results["round_trip"] = {"agentfast": measure.summary(af_rt), "langgraph": measure.summary(lg_rt)}
         progress(f"bytes per paused run: {args.paused} paused runs of each")
         results["storage"] = {"agentfast": _agentfast_storage(args.paused), "langgraph": lg.storage(args.paused)}
-    if not args.no_throughput:
-        progress(f"throughput, LangGraph async: {args.runs} runs at once, model answering after {args.delay} s")
-        model.reset()
-        results["lg_throughput"] = asyncio.run(_langgraph_async(conninfo, args, model))
-        progress(
-            f"throughput, agentfast: daphne + {args.workers} workers × {args.concurrency} threads, "
-            f"{args.runs} runs over the HTTP API, {args.fail_rate:.0%} of model requests failing"
-        )
-        model.reset()
-        model.fail_rate = args.fail_rate
-        results["af_throughput"] = _agentfast_throughput(args, model)
-    results["meta"] = {
-        "database": target.label,
-        "cpus": os.cpu_count(),
-        "loadavg_1m": os.getloadavg()[0],
-        "seconds": time.perf_counter() - started,
-        "args": vars(args),
-    }
     return results
 
 
@@ -437,6 +473,8 @@ async def _langgraph_async(conninfo: str, args: argparse.Namespace, model: SlowM
     async with AsyncConnectionPool(conninfo, max_size=args.pool, kwargs=kwargs, open=False) as pool:
         saver = AsyncPostgresSaver(pool)
         await saver.setup()
+        async with pool.connection() as conn:  # made by the in-process pass, unless --throughput-only
+            await conn.execute(EFFECT_DDL)
 
         async def model_node(state: State) -> dict[str, Any]:
             tools = [{"type": "function", "function": {"name": "send_email", "parameters": {"type": "object"}}}]
@@ -493,46 +531,67 @@ async def _langgraph_async(conninfo: str, args: argparse.Namespace, model: SlowM
 
 
 def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[str, Any]:
-    import httpx
-
+    """`agentfast serve` + `agentfast worker` × --workers (as `make run` starts them), driven over the API."""
     from agents import services
     from agents.models import Approval, Run, SideEffect
     from bench import measure
 
     services.user_create(username="bench-client", role="reviewer")
     token = services.token_create(username="bench-client")[1]
-    for n in range(args.workers):
-        setup.start_worker(setup.VAR_DIR / f"compare-worker{n + 1}.log", concurrency=args.concurrency)
-    daphne = setup.start_daphne(setup.VAR_DIR / "compare-daphne.log")
-    headers = {"Authorization": f"Bearer {token}"}
-    decided_at: dict[str, float] = {}
+    env = _process_env(args)
+    workers = []
+    for n in range(1, args.workers + 1):
+        log = setup.VAR_DIR / f"compare-worker{n}.log"
+        log.unlink(missing_ok=True)
+        worker_env = dict(env)
+        if args.scale_out:  # a machine of its own: its own var/ folder, the shared Postgres and Redis
+            worker_env["AGENTFAST_VAR_DIR"] = str(setup.VAR_DIR / f"machine{n}")
+            worker_env["AGENTFAST_LOG_LEVEL"] = "INFO"  # each drive logs its run: the split is counted from the logs
+        extra = () if args.concurrency is None else _pool_args(args.concurrency)
+        workers.append(setup.start_cli_worker(log, name=f"bench{n}", extra=extra, **worker_env))
+    daphne = setup.start_cli_serve(setup.VAR_DIR / "compare-daphne.log", **env)
+    pids = {"web": daphne.process.pid, **{f"worker{n}": w.process.pid for n, w in enumerate(workers, 1)}}
+    database = urlsplit(os.environ["DATABASE_URL"])
+    cpu = ProcessMeter(pids, (database.port or 5432) if database.scheme.startswith("postgres") else None)
+    approver = Approver(daphne.url, {"Authorization": f"Bearer {token}"}, threads=args.approvers)
     try:
-        with httpx.Client(base_url=daphne.url, headers=headers, timeout=60) as client:
+        approver.start()
+        cpu.start()
+        with httpx_client(daphne.url, token, connections=8) as client:
             t0 = time.perf_counter()
             with ThreadPoolExecutor(8) as pool:
-                created = list(pool.map(lambda _: _start_run(client), range(args.runs)))
-            run_ids = set(created)
+                run_ids = set(pool.map(lambda _: _start_run(client), range(args.runs)))
+            started = time.perf_counter() - t0
             deadline = time.monotonic() + 60 + args.runs * args.delay * 4
             # Until every run has ended: completed, or failed when the model kept failing.
             while Run.objects.filter(pk__in=run_ids, status__in=ENDED).count() < args.runs:
                 if time.monotonic() > deadline:
                     raise setup.BenchError("agentfast's runs did not all complete; see var/bench/compare-*.log")
-                page = client.get("/api/approvals", params={"status": "pending", "agent": "slow", "limit": 200})
-                for item in page.json()["items"]:
-                    if item["id"] in decided_at:
-                        continue
-                    decided_at[item["id"]] = time.time()
-                    response = client.post(f"/api/approvals/{item['id']}/decide", json={"decision": "approved"})
-                    if response.status_code != 200:
-                        raise setup.BenchError(f"decide {item['id']}: {response.status_code} {response.text}")
-                time.sleep(0.01)
+                if approver.errors:
+                    raise setup.BenchError(f"the approver failed: {approver.errors[0]}")
+                approver.catch_up(client)
+                time.sleep(0.25)
             seconds = time.perf_counter() - t0
+        cpu_seconds = cpu.stop()
     finally:
+        approver.stop()
         daphne.stop()
         setup.stop_workers()
+    decided_at = approver.decided_at
     effects = SideEffect.objects.filter(idempotency_key__in=list(decided_at))
     lags = [measure.ms(e.created_at.timestamp() - decided_at[e.idempotency_key]) for e in effects]
     approved = Approval.objects.filter(run_id__in=run_ids, status=Approval.Status.APPROVED).count()
+    # The part after the web process wrote the decision: the queue, a worker thread, the lease, the call.
+    decided_rows = dict(Approval.objects.filter(run_id__in=run_ids).values_list("id", "decided_at"))
+    created_rows = dict(Approval.objects.filter(run_id__in=run_ids).values_list("id", "created_at"))
+    heard = [
+        measure.ms(at - created_rows[key].timestamp()) for key, at in approver.heard_at.items() if key in created_rows
+    ]
+    after_row = [
+        measure.ms((e.created_at - decided_rows[e.idempotency_key]).total_seconds())
+        for e in effects
+        if decided_rows.get(e.idempotency_key)
+    ]
     return {
         "runs": args.runs,
         "completed": Run.objects.filter(pk__in=run_ids, status=Run.Status.COMPLETED).count(),
@@ -542,13 +601,47 @@ def _agentfast_throughput(args: argparse.Namespace, model: SlowModel) -> dict[st
         "effects": effects.count(),
         "distinct_effects": effects.values("idempotency_key").distinct().count(),
         "seconds": seconds,
+        "start_seconds": started,
         "max_in_flight": model.max_in_flight,
         "model_requests": len(model.server.requests),
         "decision_to_effect": measure.summary(lags),
+        "row_to_effect": measure.summary(after_row),
+        "paused_to_heard": measure.summary(heard),
+        "decide_request": measure.summary(
+            [measure.ms(approver.answered_at[k] - decided_at[k]) for k in approver.answered_at]
+        ),
+        "from_stream": approver.from_stream,
+        "from_listing": approver.from_listing,
+        "cpu_seconds": cpu_seconds,
+        "db_connections": cpu.max_connections if cpu.db_port else None,
+        "split": _split(workers, run_ids) if args.scale_out else None,
     }
 
 
 ENDED = ("completed", "failed", "cancelled")
+
+
+def _pool_args(concurrency: int) -> tuple[str, ...]:
+    return ("--pool=solo",) if concurrency == 1 else (f"--concurrency={concurrency}",)
+
+
+def _process_env(args: argparse.Namespace) -> dict[str, str]:
+    """What every agentfast process of the pass gets beyond the bench's own environment."""
+    env: dict[str, str] = {}
+    if args.scale_out:
+        # Separate var/ folders: the Redis and the secret key must be named, as on two machines.
+        from django.conf import settings
+
+        env["REDIS_URL"] = settings.REDIS_URL
+        env["DJANGO_SECRET_KEY"] = settings.SECRET_KEY
+    return env
+
+
+def httpx_client(base_url: str, token: str, *, connections: int) -> Any:
+    import httpx
+
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60, limits=limits)
 
 
 def _start_run(client: Any) -> str:
@@ -556,6 +649,170 @@ def _start_run(client: Any) -> str:
     if response.status_code != 201:
         raise setup.BenchError(f"POST /api/runs: {response.status_code} {response.text}")
     return response.json()["id"]
+
+
+class Approver:
+    """A reviewer's client: follows `GET /api/events` and approves each `approval_required` at once.
+
+    Decisions go out on `threads` threads (several reviewers, or one busy integration); the
+    stream is what tells them, the way a bot or a dashboard hears of a new card. A listing of
+    the pending approvals every few seconds catches anything the stream did not deliver.
+    """
+
+    def __init__(self, base_url: str, headers: dict[str, str], *, threads: int) -> None:
+        import httpx
+
+        self.base_url, self.headers = base_url, headers
+        limits = httpx.Limits(max_connections=threads + 2, max_keepalive_connections=threads + 2)
+        self.client = httpx.Client(base_url=base_url, headers=headers, timeout=60, limits=limits)
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="approver")
+        self.lock = threading.Lock()
+        self.submitted: set[str] = set()
+        self.decided_at: dict[str, float] = {}  # approval id (= the side effect's key) → when its POST left
+        self.answered_at: dict[str, float] = {}  # … → when its 200 came back
+        self.heard_at: dict[str, float] = {}  # … → when its approval_required came on the stream
+        self.errors: list[str] = []
+        self.from_stream = self.from_listing = 0
+        self.live = threading.Event()
+        self.stopping = threading.Event()
+        self.last_listing = time.monotonic()
+
+    def start(self) -> None:
+        threading.Thread(target=self._follow, name="approver-stream", daemon=True).start()
+        if not self.live.wait(30):
+            raise setup.BenchError(f"GET /api/events did not go live: {self.errors}")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.client.close()
+
+    def _follow(self) -> None:
+        import httpx
+
+        last_id: str | None = None
+        timeout = httpx.Timeout(60, read=None)
+        with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=timeout) as client:
+            while not self.stopping.is_set():
+                headers = {"Last-Event-ID": last_id} if last_id else {}
+                try:
+                    with client.stream("GET", "/api/events", headers=headers) as response:
+                        if response.status_code != 200:
+                            self.errors.append(f"GET /api/events: {response.status_code} {response.read()!r}")
+                            return
+                        for line in response.iter_lines():
+                            if self.stopping.is_set():
+                                return
+                            if line == ": live":
+                                self.live.set()
+                            elif line.startswith("id: "):
+                                last_id = line[4:]
+                            elif line.startswith("data: "):
+                                payload = json.loads(line[6:])
+                                if payload.get("event") == "approval_required":
+                                    self.heard_at.setdefault(payload["data"]["approval_id"], time.time())
+                                    self._submit(payload["data"]["approval_id"], stream=True)
+                except httpx.HTTPError:
+                    if not self.stopping.is_set():
+                        time.sleep(0.1)  # reconnect, from the last id seen
+
+    def catch_up(self, client: Any, every: float = 3.0) -> None:
+        """Now and then, approve pending approvals the stream has not brought (none, normally)."""
+        if time.monotonic() - self.last_listing < every:
+            return
+        self.last_listing = time.monotonic()
+        page = client.get("/api/approvals", params={"status": "pending", "agent": "slow", "limit": 200})
+        for item in page.json()["items"]:
+            self._submit(item["id"], stream=False)
+
+    def _submit(self, approval_id: str, *, stream: bool) -> None:
+        with self.lock:
+            if approval_id in self.submitted or self.stopping.is_set():
+                return
+            self.submitted.add(approval_id)
+            if stream:
+                self.from_stream += 1
+            else:
+                self.from_listing += 1
+        self.pool.submit(self._decide, approval_id)
+
+    def _decide(self, approval_id: str) -> None:
+        self.decided_at[approval_id] = time.time()
+        try:
+            response = self.client.post(f"/api/approvals/{approval_id}/decide", json={"decision": "approved"})
+        except Exception as exc:  # noqa: BLE001 — reported by the main loop
+            self.errors.append(f"decide {approval_id}: {exc!r}")
+            return
+        self.answered_at[approval_id] = time.time()
+        if response.status_code != 200:
+            self.errors.append(f"decide {approval_id}: {response.status_code} {response.text}")
+
+
+class ProcessMeter:
+    """CPU seconds each agentfast process spent during the pass, and the most Postgres connections it held."""
+
+    def __init__(self, pids: dict[str, int], db_port: int | None) -> None:
+        import psutil
+
+        self.processes = {name: psutil.Process(pid) for name, pid in pids.items()}
+        self.db_port = db_port
+        self.before: dict[str, float] = {}
+        self.max_connections = dict.fromkeys(pids, 0)
+        self.stopping = threading.Event()
+        self.sampler = threading.Thread(target=self._sample, name="meter", daemon=True)
+
+    def _now(self) -> dict[str, float]:
+        out = {}
+        for name, process in self.processes.items():
+            times = process.cpu_times()
+            out[name] = times.user + times.system
+        out["bench"] = sum(os.times()[:2])
+        return out
+
+    def _sample(self) -> None:
+        while self.db_port and not self.stopping.wait(0.5):
+            for name, process in self.processes.items():
+                try:
+                    held = [c for c in process.net_connections("tcp") if c.raddr and c.raddr.port == self.db_port]
+                except Exception:  # noqa: BLE001 — the process is gone
+                    continue
+                self.max_connections[name] = max(self.max_connections[name], len(held))
+
+    def start(self) -> None:
+        self.before = self._now()
+        self.sampler.start()
+
+    def stop(self) -> dict[str, float]:
+        after = self._now()
+        self.stopping.set()
+        return {name: after[name] - self.before[name] for name in after}
+
+
+def _split(workers: list[Any], run_ids: set[str]) -> dict[str, Any]:
+    """Count, from each worker's log, the drives it made of each run; a run driven by two at once would show."""
+    import re
+
+    pattern = re.compile(r"agents\.tasks: drove (run_\w+): (\w+)")  # our handler's lines, not the root copy
+    per_worker: dict[str, int] = {}
+    per_run: dict[str, list[str]] = {}
+    for n, worker in enumerate(workers, 1):
+        drives = [m.groups() for m in pattern.finditer(worker.log_path.read_text(errors="replace"))]
+        per_worker[f"worker{n}"] = len([d for d in drives if d[0] in run_ids])
+        for run_id, status in drives:
+            if run_id in run_ids:
+                per_run.setdefault(run_id, []).append(f"worker{n}:{status}")
+    # A run is driven once to its pause and once, after the decision, to its end: a status twice is a double drive.
+    doubled = sum(1 for drives in per_run.values() if _repeats([d.split(":")[1] for d in drives]))
+    return {
+        "drives": per_worker,
+        "runs_seen": len(per_run),
+        "doubled": doubled,
+        "both_workers": sum(1 for d in per_run.values() if len({x.split(":")[0] for x in d}) > 1),
+    }
+
+
+def _repeats(statuses: list[str]) -> bool:
+    return len(statuses) != len(set(statuses))
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -566,11 +823,28 @@ def _ratio(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 def render(results: dict[str, Any]) -> str:
-    meta, rt, st = results["meta"], results["round_trip"], results["storage"]
+    meta = results["meta"]
+    durability = meta["args"]["durability"]
+    out = [
+        f"agentfast vs LangGraph (PostgresSaver, durability={durability}) · agentfast on {meta['database']}",
+        f"{meta['cpus']} CPUs, load average {meta['loadavg_1m']:.2f}; bench time {meta['seconds']:.1f} s",
+    ]
+    if "round_trip" in results:
+        out += _render_in_process(results)
+    if "af_throughput" in results:
+        out += _render_throughput(results)
+    out += [
+        "",
+        "targets (issue 12, information): round trip ≤ 0.5× LangGraph's; bytes per paused run ≤ 0.5×;",
+        "  runs/s ≥ LangGraph's at 1,000 runs (--runs 1000), decision → side effect p95 ≤ 100 ms",
+    ]
+    return "\n".join(out)
+
+
+def _render_in_process(results: dict[str, Any]) -> list[str]:
+    rt, st = results["round_trip"], results["storage"]
     af, lg = rt["agentfast"], rt["langgraph"]
     out = [
-        f"agentfast vs LangGraph (PostgresSaver, durability={meta['args']['durability']}) · {meta['database']}",
-        f"{meta['cpus']} CPUs, load average {meta['loadavg_1m']:.2f}; bench time {meta['seconds']:.1f} s",
         "",
         f"{'ROUND TRIP in process (start → paused → approve → done)':<58}{'n':>6}{'p50 ms':>10}{'p95 ms':>10}",
         f"{'  agentfast (services + runtime.drive, demo model)':<58}{af['n']:>6}{af['p50_ms']:>10.2f}{af['p95_ms']:>10.2f}",
@@ -580,44 +854,71 @@ def render(results: dict[str, Any]) -> str:
         f"{'BYTES PER PAUSED RUN':<58}{'rows':>10}{'growth':>10}",
     ]
     a, b = st["agentfast"], st["langgraph"]
-    out += [
+    return out + [
         f"{'  agentfast (agents_* rows; table+index growth)':<58}{a['row_bytes']:>10.0f}{a['growth_bytes']:>10.0f}",
         f"{'  LangGraph (checkpoint rows; table+index growth)':<58}{b['row_bytes']:>10.0f}{b['growth_bytes']:>10.0f}",
         f"{'  ratio agentfast / LangGraph':<58}{a['row_bytes'] / b['row_bytes']:>9.2f}×{_ratio(a, b):>9.2f}×",
     ]
-    if "af_throughput" in results:
-        args = meta["args"]
-        out += [
-            "",
-            f"THROUGHPUT  {args['runs']} runs each, model answering every turn after {args['delay']} s (2 turns a run)",
-            f"{'':<44}{'runs/s':>9}{'done':>7}{'effects':>9}{'in flight':>11}{'dec→effect p95 ms':>19}",
-        ]
-        for label, key in (
-            (f"  LangGraph async (pool {args['pool']}, in process)", "lg_throughput"),
-            (f"  agentfast (daphne + {args['workers']} workers, HTTP API)", "af_throughput"),
-        ):
-            t = results[key]
-            out.append(
-                f"{label:<44}{t['runs'] / t['seconds']:>9.2f}{t['completed']:>7}{t['effects']:>9}"
-                f"{t['max_in_flight']:>11}{t['decision_to_effect']['p95_ms']:>19.2f}"
-            )
-        ratio = (results["af_throughput"]["runs"] / results["af_throughput"]["seconds"]) / (
-            results["lg_throughput"]["runs"] / results["lg_throughput"]["seconds"]
-        )
-        out.append(f"  runs/s ratio agentfast / LangGraph: {ratio:.2f}×")
-        t = results["af_throughput"]
-        out.append(
-            f"  agentfast: {args['concurrency']} threads a worker; model requests failed on purpose "
-            f"{t['model_failures']} of {t['model_requests']}; runs failed {t['failed']}, "
-            f"lost {t['runs'] - t['completed'] - t['failed']}; approvals {t['approved']}, "
-            f"side effects {t['effects']} ({t['effects'] - t['distinct_effects']} doubled)"
-        )
-    out += [
+
+
+def _runs_per_second(t: dict[str, Any]) -> float:
+    return float(t["runs"] / t["seconds"])
+
+
+def _render_throughput(results: dict[str, Any]) -> list[str]:
+    args = results["meta"]["args"]
+    out = [
         "",
-        "targets (issue 12, information): round trip ≤ 0.5× LangGraph's; bytes per paused run ≤ 0.5×;",
-        "  runs/s ≥ LangGraph's at 1,000 runs (--runs 1000), decision → side effect p95 ≤ 100 ms",
+        f"THROUGHPUT  {args['runs']} runs each, model answering every turn after {args['delay']} s (2 turns a run)",
+        f"{'':<46}{'runs/s':>8}{'done':>7}{'effects':>9}{'in flight':>11}{'dec→effect p50/p95 ms':>23}",
     ]
-    return "\n".join(out)
+    rows = [(f"  LangGraph async (pool {args['pool']}, in process)", "lg_throughput")]
+    rows.append((f"  agentfast (serve + {args['workers']} workers, HTTP API)", "af_throughput"))
+    for label, key in rows:
+        if key not in results:
+            continue
+        t = results[key]
+        lag = t["decision_to_effect"]
+        out.append(
+            f"{label:<46}{_runs_per_second(t):>8.2f}{t['completed']:>7}{t['effects']:>9}"
+            f"{t['max_in_flight']:>11}{lag['p50_ms']:>12.1f} /{lag['p95_ms']:>8.1f}"
+        )
+    t = results["af_throughput"]
+    if "lg_throughput" in results:
+        ratio = _runs_per_second(t) / _runs_per_second(results["lg_throughput"])
+        out.append(f"  runs/s ratio agentfast / LangGraph: {ratio:.2f}×")
+    threads = "the default" if args["concurrency"] is None else args["concurrency"]
+    out.append(
+        f"  agentfast: {threads} threads a worker, {args['approvers']} approver threads (decisions heard on the "
+        f"stream {t['from_stream']}, from a listing {t['from_listing']}); runs started in {t['start_seconds']:.1f} s"
+    )
+    out.append(
+        f"  model requests failed on purpose {t['model_failures']} of {t['model_requests']}; runs failed "
+        f"{t['failed']}, lost {t['runs'] - t['completed'] - t['failed']}; approvals {t['approved']}, "
+        f"side effects {t['effects']} ({t['effects'] - t['distinct_effects']} doubled)"
+    )
+    out.append(
+        f"  POST …/decide answered in p50 {t['decide_request']['p50_ms']:.1f} / p95 "
+        f"{t['decide_request']['p95_ms']:.1f} ms; decision row written → effect p50 "
+        f"{t['row_to_effect']['p50_ms']:.1f} / p95 {t['row_to_effect']['p95_ms']:.1f} ms (queue, worker, lease, call)"
+    )
+    out.append(
+        f"  paused (approval row) → approval_required heard on GET /api/events: p50 "
+        f"{t['paused_to_heard']['p50_ms']:.1f} / p95 {t['paused_to_heard']['p95_ms']:.1f} ms"
+    )
+    cpu = ", ".join(f"{name} {seconds:.1f}" for name, seconds in t["cpu_seconds"].items())
+    out.append(f"  CPU seconds during the pass: {cpu} ({t['seconds']:.1f} s of wall time)")
+    if t.get("db_connections"):
+        held = ", ".join(f"{name} {count}" for name, count in t["db_connections"].items())
+        out.append(f"  Postgres connections held at most: {held}")
+    split = t.get("split")
+    if split:
+        shares = ", ".join(f"{name} {count}" for name, count in split["drives"].items())
+        out.append(
+            f"  scale-out: drives per worker {shares}; runs seen {split['runs_seen']}, driven by both workers "
+            f"(pause on one, resume on the other) {split['both_workers']}, driven twice {split['doubled']}"
+        )
+    return out
 
 
 if __name__ == "__main__":

@@ -98,6 +98,14 @@ def _require_bench_name(name: str, url: str) -> None:
         )
 
 
+def recreate_postgres(url: str) -> None:
+    """Drop and create the Postgres database of `url` (its name must contain "bench")."""
+    parts = urlsplit(url)
+    name = unquote(parts.path.lstrip("/"))
+    _require_bench_name(name, url)
+    _recreate_postgres(parts, name)
+
+
 def _remove_sqlite(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm", "-journal"):
@@ -183,6 +191,50 @@ def start_worker(log_path: Path, *, concurrency: int = 1) -> Worker:
     except RuntimeError as exc:
         raise BenchError(str(exc)) from None
     return worker
+
+
+class CliWorker(Worker):
+    """`agentfast worker` as `make run` and the Procfile start it (its default pool and threads).
+
+    Only the log level (INFO: the "ready." line tells it is up) and a node name (two on one
+    machine must differ) are added; `env` says which database, Redis and var/ folder.
+    """
+
+    def __init__(self, *, log: Path, env: dict[str, str], name: str, extra: tuple[str, ...] = ()) -> None:
+        args = [sys.executable, "-m", "dashboard.cli", "worker", "--loglevel=INFO", "-n", f"{name}@%h", *extra]
+        ServerProcess.__init__(self, args, log=log, env=env)
+        self.start()
+
+
+class CliServe(Daphne):
+    """`agentfast serve` (daphne with the command's thread pool) on a free port."""
+
+    def __init__(self, *, log: Path, env: dict[str, str]) -> None:
+        super().__init__(log=log, env=env)
+        self.args = [sys.executable, "-m", "dashboard.cli", "serve", "--port", str(self.port)]
+
+
+def start_cli_worker(log_path: Path, *, name: str, extra: tuple[str, ...] = (), **env: str) -> Worker:
+    """Start `agentfast worker` on the bench's settings (plus `env`); remember it."""
+    worker = CliWorker(log=log_path, env={**os.environ, **env}, name=name, extra=extra)
+    _workers.append(worker)
+    try:
+        worker.wait_ready(timeout=90)
+    except RuntimeError as exc:
+        raise BenchError(str(exc)) from None
+    return worker
+
+
+def start_cli_serve(log_path: Path, **env: str) -> Daphne:
+    """Start `agentfast serve`, the web process `make run` starts, on the bench DB and Redis."""
+    server = CliServe(log=log_path, env={**os.environ, **env})
+    server.start()
+    try:
+        server.wait_ready()
+    except RuntimeError as exc:
+        server.stop()
+        raise BenchError(str(exc)) from None
+    return server
 
 
 def start_daphne(log_path: Path, **env: str) -> Daphne:

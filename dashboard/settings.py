@@ -73,13 +73,13 @@ def _database(url: str) -> dict[str, object]:
 
 
 # -- throughput: database connections per process (issue 12) -----------------------------------
-# A worker drives many runs at once on threads (dashboard/processes.py), each thread with its own
-# connection while it runs. A bounded pool per process hands a thread a warm connection and caps
-# what one process can open: size it at the worker's concurrency plus a few (the lease keeper and
-# the events publisher), and the server's max_connections (or a pooler such as PgBouncer in
-# transaction mode) at the sum over every process. AGENTFAST_DB_POOL=0 turns it off (persistent
-# connections per thread instead, as before).
-DB_POOL_SIZE = env.int("AGENTFAST_DB_POOL", default=60)
+# A worker drives many runs at once on threads (dashboard/processes.py). A thread takes a
+# connection from this bounded pool only while it reads or writes a step and hands it back while
+# the model thinks (agents.runtime.driver), so 50 threads share a few connections; one finding the
+# pool empty waits (up to `timeout`). The server's max_connections (or a pooler such as PgBouncer
+# in transaction mode) must exceed the sum over every process. AGENTFAST_DB_POOL=0 turns it off
+# (persistent connections per thread instead, as before).
+DB_POOL_SIZE = env.int("AGENTFAST_DB_POOL", default=20)
 
 
 def _postgres(config: dict[str, object]) -> dict[str, object]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -14,12 +15,13 @@ class OpenAIModel:
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None) -> None:
         self.name = f"openai:{model}"
         self.model = model
-        self.client = openai.OpenAI(
-            base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+        self.client = _client(
+            base_url or os.environ.get("OPENAI_BASE_URL") or None,
             # Local OpenAI-compatible servers accept any key; the SDK insists on one.
-            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
-            timeout=float(os.environ.get("OPENAI_TIMEOUT", "60")),
-            max_retries=int(os.environ.get("OPENAI_MAX_RETRIES", "2")),
+            api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+            float(os.environ.get("OPENAI_TIMEOUT", "60")),
+            int(os.environ.get("OPENAI_MAX_RETRIES", "2")),
+            os.getpid(),
         )
 
     def complete(
@@ -40,6 +42,18 @@ class OpenAIModel:
         except (openai.OpenAIError, ModelError) as exc:
             # Name the model in every failure: it becomes the run's error a person reads.
             raise ModelError(f"{self.name}: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=32)
+def _client(base_url: str | None, api_key: str, timeout: float, max_retries: int, pid: int) -> openai.OpenAI:
+    """Return this process's client for an endpoint, shared by every run and thread.
+
+    A client per drive built an SSL context each time (loading the CA bundle: about half a
+    worker's CPU under load) and opened a new connection per turn; one client is
+    thread-safe and keeps its connections alive. `pid` keys it per process: a forked child
+    must not share its parent's sockets.
+    """
+    return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
 
 
 def _from_message(completion: Any) -> AssistantTurn:

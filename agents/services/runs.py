@@ -70,7 +70,7 @@ def run_create(
         )
         Message.objects.create(run=run, seq=1, role=Message.Role.USER, content=input)
         if enqueue:
-            queue.drive_on_commit(run.id)
+            queue.start_on_commit(run.id)
     return run
 
 

@@ -82,6 +82,24 @@ def test_it_publishes_the_resume_to_the_broker_once_the_decision_commits(db, dja
     broker.delete("celery")
 
 
+def test_it_queues_a_new_run_behind_decided_runs(db, django_capture_on_commit_callbacks):
+    # Redis serves kombu's priority 0 list ("celery") before the priority 6 one: a decided
+    # run resumes before a backlog of new runs starts.
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    later = "celery\x06\x166"
+    broker.delete("celery", later)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run = services.run_create(agent="support", input=REFUND, created_by="bob")
+
+    assert broker.llen("celery") == 0
+    [message] = broker.lrange(later, 0, -1)
+    body = json.loads(message)
+    assert (body["headers"]["task"], body["headers"]["argsrepr"]) == ("agents.tasks.run_start", repr((run.id,)))
+    assert body["properties"]["priority"] == 6
+    broker.delete("celery", later)
+
+
 def test_it_keeps_a_committed_decision_when_the_broker_is_down(
     db, django_capture_on_commit_callbacks, redis_server, caplog
 ):

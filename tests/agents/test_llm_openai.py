@@ -367,3 +367,18 @@ def test_it_fails_the_run_when_the_stream_is_cut_off_instead_of_keeping_half_an_
     assert run.output == ""
     assert "openai:test-model" in run.error
     assert "internal error" not in run.error
+
+
+def test_it_shares_one_client_per_endpoint_in_a_process(fake_openai: FakeOpenAI) -> None:
+    # Building a client loads the CA bundle into an SSL context: once per endpoint, not per drive.
+    first = OpenAIModel("test-model", base_url=fake_openai.base_url)
+    second = OpenAIModel("other-model", base_url=fake_openai.base_url)
+    elsewhere = OpenAIModel("test-model", base_url=fake_openai.base_url + "/other")
+
+    assert first.client is second.client
+    assert elsewhere.client is not first.client
+    fake_openai.script(lambda body: Reply(content=f"hello {body['model']}"))
+    assert [first.complete(USER, []).content, second.complete(USER, []).content] == [
+        "hello test-model",
+        "hello other-model",
+    ]

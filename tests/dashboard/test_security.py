@@ -137,7 +137,7 @@ def test_it_reads_redis_and_database_urls_from_the_environment(tmp_path):
     assert (shown["REDIS_IS_EMBEDDED"], shown["REDIS_URL"]) == (False, "redis://cache:6379/2")
     # A bounded pool per process holds the connections, not each thread (issue 12).
     assert (shown["ENGINE"], shown["NAME"], shown["CONN_MAX_AGE"]) == ("django.db.backends.postgresql", "agentfast", 0)
-    assert shown["POOL"]["max_size"] == 60
+    assert shown["POOL"]["max_size"] == 20  # a thread holds one only between model calls
     assert shown["TRUSTED"] == ["10.0.0.0/8", "192.168.1.1"]
 
 
