@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         target = setup.prepare()
         redis = setup.start_redis()
         users = _django(target, args)
-        server = ServeDaphne(log=VAR_DIR / "watchers-daphne.log", env={**os.environ, "DJANGO_ALLOWED_HOSTS": "127.0.0.1"})
+        env = {**os.environ, "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+        server = ServeDaphne(log=VAR_DIR / "watchers-daphne.log", env=env)
         server.start()
         try:
             server.wait_ready()

@@ -17,6 +17,8 @@ from agents.models import Approval
 
 DECIDE = "agents.decide_approval"
 USER_PREFIX = "user:"
+# Approvals any active reviewer may decide: no approvers named, no four eyes.
+OPEN_TO_ALL = Q(approvers=[], four_eyes=False)
 
 
 def refusal(user: Any, approval: Approval, groups: set[str] | None = None) -> str | None:
@@ -60,7 +62,7 @@ def decidable(user: Any, approvals: QuerySet[Approval]) -> QuerySet[Approval]:
     """Narrow approvals to those this user may decide (the inbox's "For me")."""
     if refusal_of_role(user) is not None:
         return approvals.none()
-    open_to_all = Q(approvers=[], four_eyes=False)
+    open_to_all = OPEN_TO_ALL
     restricted = approvals.exclude(open_to_all).select_related("run")
     groups = group_names(user)
     allowed = [approval.pk for approval in restricted if restriction(user, approval, groups) is None]
