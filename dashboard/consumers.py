@@ -7,14 +7,22 @@ renders, marked for an out-of-band swap that htmx's ws extension applies.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import copy
 import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
 from functools import cache
 from importlib import import_module
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from asgiref.sync import async_to_sync
-from channels.generic.websocket import WebsocketConsumer
+from channels.consumer import get_handler_name
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
 from django.http import QueryDict
@@ -22,9 +30,13 @@ from django.template.loader import render_to_string
 
 from agents import events, selectors, services, text
 from agents.models import Approval, RunEvent
+from agents.services import eligibility
 from dashboard.auth import is_reviewer
 from dashboard.forms import InboxFilter
-from dashboard.views import prepare_cards
+from dashboard.views import describe_cards
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 FORBIDDEN = 4403  # the websocket close code that says "not for you" (HTTP 403)
 NOT_FOUND = 4404
@@ -90,57 +102,292 @@ class UnknownPathConsumer(WebsocketConsumer):
         self.close(code=NOT_FOUND)
 
 
-class InboxConsumer(_GroupConsumer):
-    """Push new approvals as cards and remove decided ones, in every open inbox."""
+class InboxConsumer(AsyncWebsocketConsumer):
+    """Push new approvals as cards and remove decided ones, in every open inbox.
 
-    def group_to_join(self) -> str:
+    Thousands of inboxes may be open on one process, so a push costs each of them no
+    table read and no thread: what an event shows is worked out once per process
+    (`_InboxPush`), per reviewer where it depends on who looks, and each socket only
+    picks its variant and sends it, on the event loop.
+    """
+
+    async def connect(self) -> None:
+        user = self.scope["user"]
+        # Closing before accept refuses the handshake (daphne answers 403).
+        if not await database_sync_to_async(is_reviewer)(user):
+            await self.close(code=FORBIDDEN)
+            return
+        # The role eligibility asks for, read once: a role taken away closes the socket
+        # (access.check), so it holds while the socket is open.
+        self.may_decide_any = eligibility.refusal_of_role(user) is None  # permissions cached on the user just now
         params = QueryDict(self.scope["query_string"].decode())
-        # "For me" is this connection's user's: each socket renders its own cards.
-        self.filters = InboxFilter(params, user=self.scope["user"])
+        # "For me" is this connection's user's: each socket shows its own cards.
+        self.filters = InboxFilter(params, user=user)
+        valid = self.filters.is_valid()
+        self.count_key = (
+            self.filters.for_me,
+            self.filters.cleaned_data["agent"] if valid else "",
+            self.filters.cleaned_data["tool"] if valid else "",
+            self.filters.search,
+        )
         # Newest first: a new card slides in at the top of the first page. Oldest first: at the
         # bottom of the last page. Other pages would show it out of order.
         first_page = params.get("page", "1") in ("", "1")
         last_page = params.get("last", "1" if first_page else "0") == "1"
         self.insert_at = "afterbegin" if self.filters.ordering == selectors.NEWEST else "beforeend"
         self.inserts = first_page if self.insert_at == "afterbegin" else last_page
-        return events.APPROVALS_GROUP
+        self.groups_joined = [events.user_group(user.pk)]
+        for name in self.groups_joined:
+            await self.channel_layer.group_add(name, self.channel_name)
+        self.live = False
+        await _InboxHub.join(self)
+        await self.accept()
+        self.live = True
 
-    def run_event(self, message: dict[str, Any]) -> None:
-        if message["event"] == RunEvent.Type.APPROVAL_REQUIRED:
-            html = self._card(message["data"]["approval_id"])
-        elif message["event"] == RunEvent.Type.APPROVAL_VOTED:
-            html = self._card(message["data"]["approval_id"], replace=True)
-        elif message["event"] == RunEvent.Type.APPROVAL_DECIDED:
-            html = self._decided(message["data"]["approval_id"])
-        else:
+    async def disconnect(self, code: int) -> None:
+        self.live = False
+        await _InboxHub.leave(self)
+        for name in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(name, self.channel_name)
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' dispatch, without its close_old_connections() hop before every message.
+
+        That hop (a thread round trip per socket per push) was two thirds of the web
+        process's time with thousands of inboxes open. This consumer reads the database only
+        through database_sync_to_async, which closes stale connections in its own thread.
+        """
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def access_check(self, message: dict[str, Any]) -> None:
+        """Close when the user's access ended: this session logged out, or a re-check fails."""
+        session_key = self.scope["session"].session_key
+        if (message.get("session") and message["session"] == events.session_digest(session_key)) or not (
+            await database_sync_to_async(_may_still_watch)(self.scope["user"].pk, session_key)
+        ):
+            await self.close(code=FORBIDDEN)
+
+    async def show(self, push: _InboxPush, message: dict[str, Any]) -> None:
+        """Send what this inbox shows of an approval event (the hub calls it for every open inbox)."""
+        if not self.live:
             return
+        html: str | None
+        if message["event"] == RunEvent.Type.APPROVAL_DECIDED:
+            html = await push.once(("decided",), _decided_html, push.approval_id)
+        else:
+            html = await self._card(push, replace=message["event"] == RunEvent.Type.APPROVAL_VOTED)
         if html is not None:
-            count = self.filters.pending_approvals().count()
-            self.push(html + render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True}))
+            await self.send(text_data=html + push.count_html(await self._count(push)))
 
-    def _decided(self, approval_id: str) -> str:
-        """Say who decided in the card's status line, then remove it (app.js keeps a card being worked on)."""
-        try:
-            approval = selectors.approval_get(approval_id)
-        except services.NotFound:
-            return render_to_string("dashboard/_card_gone.html", {"approval_id": approval_id})
-        return render_to_string("dashboard/_card_decided.html", {"approval": approval})
-
-    def _card(self, approval_id: str, *, replace: bool = False) -> str | None:
-        """Render a new card to insert, or (a vote) the card to swap in where it is shown."""
-        try:
-            approval = selectors.approval_get(approval_id)
-        except services.NotFound:
-            return None
+    async def _card(self, push: _InboxPush, *, replace: bool) -> str | None:
+        """The new card to insert, or (a vote) the card to swap in where it is shown; None: nothing."""
+        approval = await push.once(("approval",), _described_approval, push.approval_id)
         # Decided already (a fast reviewer) or filtered out: nothing to add.
-        if approval.status != Approval.Status.PENDING or not self.filters.matches(approval):
+        if approval is None or approval.status != Approval.Status.PENDING:
             return None
-        prepare_cards(self.scope["user"], [approval])
-        if replace:  # htmx swaps it only where this card is on the page
-            return render_to_string("dashboard/_approval_card.html", {"approval": approval, "oob": True})
-        if not self.inserts:
+        if not replace and not self.inserts:
             return None
-        return render_to_string("dashboard/_card_push.html", {"approval": approval, "insert_at": self.insert_at})
+        decidable = await self._may_decide(push, approval)
+        if self.filters.for_me and not decidable:
+            return None
+        for_me, agent, tool, search = self.count_key
+        if (agent and approval.run.agent != agent) or (tool and approval.tool != tool):
+            return None
+        if search and not await push.once(("search", search), _search_matches, search, approval.pk):
+            return None
+        # htmx swaps a voted card only where it is on the page; a new one goes in at one end.
+        variant = ("card", decidable, replace, None if replace else self.insert_at)
+        return await push.once(variant, _card_html, approval, decidable, replace, self.insert_at)
+
+    async def _may_decide(self, push: _InboxPush, approval: Approval) -> bool:
+        if not self.may_decide_any:
+            return False
+        groups = await self._groups(push) if approval.approvers else set()
+        return eligibility.restriction(self.scope["user"], approval, groups) is None
+
+    async def _groups(self, push: _InboxPush) -> set[str]:
+        """This user's groups, read once per event for all of their sockets."""
+        user = self.scope["user"]
+        return await push.once(("groups", user.pk), eligibility.group_names, user)
+
+    async def _count(self, push: _InboxPush) -> int:
+        """How many approvals this inbox lists now, as `filters.pending_approvals().count()` says."""
+        for_me, *rest = self.count_key
+        total, restricted = await push.once(("count", *self.count_key), _pending_counts, *self.count_key)
+        if not for_me:
+            return total
+        if not self.may_decide_any:
+            return 0
+        user = self.scope["user"]
+        groups = await self._groups(push) if any(approval.approvers for approval in restricted) else set()
+        return total + sum(eligibility.restriction(user, approval, groups) is None for approval in restricted)
+
+
+_INBOX_EVENTS = {RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_VOTED, RunEvent.Type.APPROVAL_DECIDED}
+
+
+class _InboxHub:
+    """The open inboxes of this process (one event loop), fed by one subscription to the approvals group.
+
+    Each inbox joining the group itself made every event a channel-layer message per
+    socket: a decode, a queue, a task and a dispatch each, 0.2 ms of the web process per
+    socket per event. The hub receives each event once and hands it to every inbox in
+    turn, in the order the events were published. Access messages still reach each
+    socket on its own channel (the user's group), as does closing it.
+    """
+
+    _hubs: dict[int, _InboxHub] = {}
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+        self.inboxes: dict[InboxConsumer, None] = {}  # ordered: the oldest inbox is served first
+        self.channel = ""
+        self._task: asyncio.Future[None] | None = None
+        self._ready = asyncio.ensure_future(self._subscribe())
+
+    @classmethod
+    async def join(cls, inbox: InboxConsumer) -> None:
+        loop = id(asyncio.get_running_loop())
+        hub = cls._hubs.get(loop)
+        if hub is None:
+            hub = cls._hubs[loop] = cls(inbox.channel_layer)
+        hub.inboxes[inbox] = None
+        try:
+            await asyncio.shield(hub._ready)
+        except Exception:
+            if cls._hubs.get(loop) is hub:  # the next inbox tries again
+                del cls._hubs[loop]
+            raise
+
+    @classmethod
+    async def leave(cls, inbox: InboxConsumer) -> None:
+        loop = id(asyncio.get_running_loop())
+        hub = cls._hubs.get(loop)
+        if hub is None or inbox not in hub.inboxes:
+            return
+        del hub.inboxes[inbox]
+        if not hub.inboxes:  # the last one: let go of the subscription (a new hub takes over)
+            del cls._hubs[loop]
+            await hub._stop()
+
+    async def _subscribe(self) -> None:
+        self.channel = await self.layer.new_channel("inboxes.")
+        await self.layer.group_add(events.APPROVALS_GROUP, self.channel)
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _stop(self) -> None:
+        with contextlib.suppress(BaseException):
+            await self._ready
+        if self._task is not None:
+            self._task.cancel()  # cancelling the pending receive also unsubscribes the channel
+            with contextlib.suppress(BaseException):
+                await self._task
+        with contextlib.suppress(Exception):
+            await self.layer.group_discard(events.APPROVALS_GROUP, self.channel)
+
+    async def _run(self) -> None:
+        while True:
+            message = await self.layer.receive(self.channel)
+            if message.get("type") != "run.event" or message.get("event") not in _INBOX_EVENTS:
+                continue
+            push = _InboxPush.of(message)
+            for inbox in list(self.inboxes):
+                try:
+                    await inbox.show(push, message)
+                except Exception:  # one inbox (a socket closing, say) must not stop the others
+                    logger.warning("could not push %s to an inbox", message["event"], exc_info=True)
+
+
+class _InboxPush:
+    """One approval event as the inboxes of this process show it: each part read or rendered once.
+
+    Parts are tasks keyed by what they depend on (the approval; a reviewer's groups; a
+    filter's count; a card variant), run in a thread on first use and awaited by every socket
+    that needs them. The last few events are kept, so a socket that falls behind still finds them.
+    """
+
+    _KEPT = 256
+    _recent: OrderedDict[tuple[int, str, int | None, str], _InboxPush] = OrderedDict()
+
+    def __init__(self, approval_id: str) -> None:
+        self.approval_id = approval_id
+        self._parts: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
+        self._counts: dict[int, str] = {}
+
+    @classmethod
+    def of(cls, message: dict[str, Any]) -> _InboxPush:
+        approval_id = message["data"]["approval_id"]
+        if message["seq"] is None:  # never for approval events, which are stored; but then unshared
+            return cls(approval_id)
+        key = (id(asyncio.get_running_loop()), message["run_id"], message["seq"], message["event"])
+        push = cls._recent.get(key)
+        if push is None:
+            push = cls._recent[key] = cls(approval_id)
+            while len(cls._recent) > cls._KEPT:
+                cls._recent.popitem(last=False)
+        return push
+
+    async def once(self, key: tuple[Any, ...], func: Callable[..., T], *args: Any) -> T:
+        part = self._parts.get(key)
+        if part is None:
+            part = self._parts[key] = asyncio.ensure_future(database_sync_to_async(func)(*args))
+        elif part.done():  # the usual case: another socket asked first
+            return part.result()
+        # Shielded: a socket closing while it waits must not cancel the part for the others.
+        return await asyncio.shield(part)
+
+    def count_html(self, count: int) -> str:
+        if count not in self._counts:
+            self._counts[count] = render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True})
+        return self._counts[count]
+
+
+def _described_approval(approval_id: str) -> Approval | None:
+    """The approval with what every reviewer's card shows (not whether they may decide it)."""
+    try:
+        approval = selectors.approval_get(approval_id)
+    except services.NotFound:
+        return None
+    describe_cards([approval])
+    return approval
+
+
+def _card_html(approval: Approval, decidable: bool, replace: bool, insert_at: str) -> str:
+    card = copy.copy(approval)  # each variant marks its own copy
+    card.decidable = decidable  # type: ignore[attr-defined]  # display-only, as eligibility.mark sets it
+    if replace:
+        html = render_to_string("dashboard/_approval_card.html", {"approval": card, "oob": True})
+    else:
+        html = render_to_string("dashboard/_card_push.html", {"approval": card, "insert_at": insert_at})
+    return text.repair(html)
+
+
+def _decided_html(approval_id: str) -> str:
+    """Say who decided in the card's status line, then remove it (app.js keeps a card being worked on)."""
+    try:
+        approval = selectors.approval_get(approval_id)
+    except services.NotFound:
+        return text.repair(render_to_string("dashboard/_card_gone.html", {"approval_id": approval_id}))
+    return text.repair(render_to_string("dashboard/_card_decided.html", {"approval": approval}))
+
+
+def _search_matches(search: str, approval_id: str) -> bool:
+    return selectors.approval_list(search=search).filter(pk=approval_id).exists()
+
+
+def _pending_counts(for_me: bool, agent: str, tool: str, search: str) -> tuple[int, list[Approval]]:
+    """Count the pending approvals a filter lists: all of them, or (For me) those open to every
+    reviewer plus the restricted ones, which each reviewer's own rights then sort out."""
+    approvals = selectors.approval_list(
+        status=Approval.Status.PENDING, agent=agent or None, tool=tool or None, search=search, order=selectors.OLDEST
+    )
+    if not for_me:
+        return approvals.count(), []
+    restricted = list(approvals.exclude(eligibility.OPEN_TO_ALL).select_related("run"))
+    return approvals.filter(eligibility.OPEN_TO_ALL).count(), restricted
 
 
 class RunConsumer(_GroupConsumer):

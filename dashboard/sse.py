@@ -46,6 +46,8 @@ HEARTBEAT_SECONDS = 15.0
 POLL_SECONDS = 1.0  # without a channel layer, read the table this often instead
 DRAIN_SECONDS = 1.0  # after a drive, how long its last pushes may take to arrive
 REPLAY_BATCH = 500
+RECHECK_SHARED_SECONDS = 5.0  # a heartbeat's access re-check serves the viewer's other streams this long
+SHARED_MAX_AGE = 60.0  # reads shared between streams are forgotten after this
 APPROVAL_EVENTS = selectors.APPROVAL_EVENTS
 # Sent once the replay is out and the stream is subscribed: a client may rely on it.
 LIVE = ": live\n\n"
@@ -171,10 +173,17 @@ class Viewer:
         return tuple(groups)
 
     async def still_allowed(self, message: dict[str, Any] | None = None) -> bool:
-        """Return whether the viewer may still watch (after an access.check message, or at a heartbeat)."""
+        """Return whether the viewer may still watch (after an access.check message, or at a heartbeat).
+
+        At a heartbeat the viewer's other streams in this process share one re-check made in
+        the last RECHECK_SHARED_SECONDS (a user's 20 streams: one read, not 20); after an
+        access.check message each stream reads afresh.
+        """
         ended_session = (message or {}).get("session")
         if ended_session and ended_session == events.session_digest(self.session_key):
             return False
+        if message is None:
+            return await _shared_read(("allowed", self), RECHECK_SHARED_SECONDS, _may_still_watch, self)
         return await _read(_may_still_watch, self)
 
 
@@ -215,6 +224,28 @@ async def _read(func: Callable[..., T], *args: Any) -> T:
     database (and the process) out of them.
     """
     return await sync_to_async(_closing(func))(*args)
+
+
+_shared: dict[tuple[Any, ...], tuple[int, float, asyncio.Future[Any]]] = {}
+
+
+async def _shared_read(key: tuple[Any, ...], max_age: float, func: Callable[..., T], *args: Any) -> T:
+    """`_read`, made once for every stream of this process asking the same within `max_age` seconds.
+
+    With thousands of streams open, one event (or one heartbeat round) made as many reads
+    of the same row, each a thread hop and a database connection.
+    """
+    loop, now = id(asyncio.get_running_loop()), time.monotonic()
+    found = _shared.get(key)
+    if found is None or found[0] != loop or now - found[1] > max_age or (found[2].done() and found[2].exception()):
+        if len(_shared) > 10_000:  # forget what is too old to be shared
+            for stale in [k for k, (_, at, _f) in _shared.items() if now - at > SHARED_MAX_AGE]:
+                del _shared[stale]
+        found = _shared[key] = (loop, now, asyncio.ensure_future(_read(func, *args)))
+    if found[2].done():
+        return found[2].result()
+    # Shielded: a stream closing while it waits must not cancel the read for the others.
+    return await asyncio.shield(found[2])
 
 
 def _closing(func: Callable[..., T]) -> Callable[..., T]:
@@ -392,7 +423,9 @@ class ApprovalFeed:
     async def live(self, message: dict[str, Any]) -> list[str]:
         if message["event"] not in APPROVAL_EVENTS or message["seq"] is None:
             return []
-        pk = await _read(_event_pk, message["run_id"], message["seq"])
+        # Every approval stream of this process wants the same pk: one read (it never changes).
+        run_id, seq = message["run_id"], message["seq"]
+        pk = await _shared_read(("pk", run_id, seq), SHARED_MAX_AGE, _event_pk, run_id, seq)
         if pk is None or pk in self._sent:
             return []
         return [self._frame(pk, message["run_id"], message["seq"], message["event"], message["data"])]

@@ -125,6 +125,11 @@ def prepare_cards(user: Any, approvals: Iterable[Approval]) -> None:
     """Give each card what a reviewer triages by: may I decide, a summary, the risk, its place in its run."""
     approvals = list(approvals)
     eligibility.mark(user, approvals)
+    describe_cards(approvals)
+
+
+def describe_cards(approvals: list[Approval]) -> None:
+    """Give each card what is the same for every reviewer: a summary, the risk, its place in its run."""
     positions = selectors.approval_run_positions(approvals)
     try:
         policy: Any = get_policy()

@@ -18,6 +18,8 @@ from agents.sql import JsonArrayHasAny
 
 DECIDE = "agents.decide_approval"
 USER_PREFIX = "user:"
+# Approvals any active reviewer may decide: no approvers named, no four eyes.
+OPEN_TO_ALL = Q(approvers=[], four_eyes=False)
 
 
 def refusal(user: Any, approval: Approval, groups: set[str] | None = None) -> str | None:

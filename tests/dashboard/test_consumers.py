@@ -146,6 +146,34 @@ async def test_it_pushes_only_cards_that_match_the_inbox_filters(alice):
     await communicator.disconnect()
 
 
+async def test_every_open_inbox_gets_each_card_once_and_closing_some_stops_none_of_the_others(alice, bob):
+    # One subscription per process feeds every inbox: members come and go around it.
+    leaving, _, _ = await connect("/ws/inbox/", alice)
+    staying, _, _ = await connect("/ws/inbox/", alice)
+    other, _, _ = await connect("/ws/inbox/", bob)
+    filtered, _, _ = await connect("/ws/inbox/?tool=send_email", bob)
+    await leaving.disconnect()
+
+    run = await in_thread(start, REFUND)
+    [approval] = await database_sync_to_async(pending)(run)
+
+    for communicator in (staying, other):
+        assert f'id="card-{approval.id}"' in await communicator.receive_from(timeout=5)
+        assert await communicator.receive_nothing(timeout=0.3)  # once, not once per socket
+    assert await filtered.receive_nothing(timeout=0.3)
+    for communicator in (staying, other, filtered):
+        await communicator.disconnect()
+
+    # Every inbox closed, then a new one opened: it is fed again.
+    again, _, _ = await connect("/ws/inbox/", bob)
+    run = await in_thread(start, REFUND)
+    [approval] = await database_sync_to_async(pending)(run)
+    pushed = await again.receive_from(timeout=5)
+    assert f'id="card-{approval.id}"' in pushed
+    assert 'data-count="2"' in pushed  # both runs wait
+    await again.disconnect()
+
+
 async def test_it_inserts_no_card_into_a_later_page_but_still_removes_decided_ones(alice):
     communicator, _, _ = await connect("/ws/inbox/?page=2", alice)
 
