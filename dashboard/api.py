@@ -60,7 +60,6 @@ DECIDE = "approval_decide"  # the url name whose refusals the handlers audit
 # sync view under ASGI: deciding is the hot write, and its requests must not queue behind
 # each other (nor behind any other sync view) while one waits on the database.
 POOLED = frozenset({DECIDE})
-_decide_pool = ThreadPoolExecutor(max_workers=settings.AGENTFAST_DECIDE_THREADS, thread_name_prefix="decide")
 
 DESCRIPTION = """
 Drive agentfast over HTTP. Authenticate with `Authorization: Bearer <token>`
@@ -125,8 +124,13 @@ def pooled(view: Callable[..., HttpResponseBase]) -> Callable[..., Any]:
     The whole of the view runs there (authentication, CSRF, parsing, the handlers of its
     refusals), in plain sync code with that thread's own database connection, which is given
     back (to the pool, or closed past its age) once the answer is built, as Django does for
-    the requests it serves itself.
+    the requests it serves itself. AGENTFAST_DECIDE_THREADS=0 leaves the view to Django (the
+    test client: its requests must share the test's open transaction).
     """
+    threads = settings.AGENTFAST_DECIDE_THREADS
+    if threads <= 0:
+        return view
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="decide")
 
     def run(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         try:
@@ -134,7 +138,7 @@ def pooled(view: Callable[..., HttpResponseBase]) -> Callable[..., Any]:
         finally:
             close_old_connections()
 
-    in_pool = sync_to_async(run, thread_sensitive=False, executor=_decide_pool)
+    in_pool = sync_to_async(run, thread_sensitive=False, executor=pool)
 
     async def view_in_pool(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         return await in_pool(request, *args, **kwargs)
