@@ -288,7 +288,9 @@ def _find(approval_id: str) -> Approval | None:
     """Return the approval, or None; an id no approval can have (NUL, too long) is not even looked up."""
     if text.problem(approval_id) is not None or len(approval_id) > APPROVAL_ID_CHARS:
         return None
-    return Approval.objects.select_related("tool_call", "run").filter(pk=approval_id).first()
+    # No joins: the decision reads the row again, with its run and call, under the lock; this
+    # copy only validates the request (a rule that needs the run, four eyes, loads it).
+    return Approval.objects.filter(pk=approval_id).first()
 
 
 def _validated_or_audit(
