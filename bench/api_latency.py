@@ -235,6 +235,11 @@ def decisions_per_second(
     t_http = time.perf_counter()
     cpu1 = _cpu_seconds(web_pid)
     statuses = [status for status, _ in answers]
+    taken = measure.summary([ms for _, ms in answers])
+    measure.progress(
+        f"taken: {decisions / (t_http - t0):.1f} decisions/s, p50 {taken['p50_ms']:.1f} ms, p95 {taken['p95_ms']:.1f} ms;"
+        " waiting for the workers to resume every run"
+    )
     t_resume = t0
     if start_workers is not None:
         t_resume = time.perf_counter()
@@ -253,7 +258,7 @@ def decisions_per_second(
         "side_effects": effects.count(),
         "distinct_effects": effects.values("idempotency_key").distinct().count(),
         "http_seconds": t_http - t0,
-        "decide_http": measure.summary([ms for _, ms in answers]),
+        "decide_http": taken,
         "web_cpu_ms_per_decision": measure.ms(cpu1 - cpu0) / decisions if cpu0 is not None and cpu1 is not None else None,
         "loadavg_1m_before": load,
         "workers_started_after": start_workers is not None,
