@@ -263,7 +263,9 @@ def _approval_detail(approval: Approval) -> dict[str, Any]:
     # One read of the votes gives both the list and the tally (counted_voters' order).
     votes = list(approval.votes.order_by("created_at", "id"))
     digest = approval.digest
-    counted = [vote.voter for vote in votes if vote.decision == Approval.Status.APPROVED and vote.arguments_digest == digest]
+    counted = [
+        vote.voter for vote in votes if vote.decision == Approval.Status.APPROVED and vote.arguments_digest == digest
+    ]
     return {
         **_approval_summary(approval),
         "agent": approval.run.agent,

@@ -49,7 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="start the workers once every decision is taken: the web process alone on the machine",
     )
-    parser.add_argument("--sqlite", action="store_true", help="a fresh SQLite file in var/bench/ even if DATABASE_URL is set")
+    parser.add_argument(
+        "--sqlite", action="store_true", help="a fresh SQLite file in var/bench/ even if DATABASE_URL is set"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     if min(args.runs, args.decisions, args.clients, args.workers) < 1:
@@ -114,6 +116,7 @@ def _run(args: argparse.Namespace, target: setup.Target) -> dict[str, Any]:
     measure.check_flow()
     services.user_create(username="bench-reviewer", role="reviewer")
     token = services.token_create(username="bench-reviewer")[1]
+
     def start_workers() -> None:
         for n in range(1, args.workers + 1):
             setup.start_worker(setup.VAR_DIR / f"worker{n}.log")
@@ -236,8 +239,9 @@ def decisions_per_second(
     cpu1 = _cpu_seconds(web_pid)
     statuses = [status for status, _ in answers]
     taken = measure.summary([ms for _, ms in answers])
+    rate = decisions / (t_http - t0)
     measure.progress(
-        f"taken: {decisions / (t_http - t0):.1f} decisions/s, p50 {taken['p50_ms']:.1f} ms, p95 {taken['p95_ms']:.1f} ms;"
+        f"taken: {rate:.1f} decisions/s, p50 {taken['p50_ms']:.1f} ms, p95 {taken['p95_ms']:.1f} ms;"
         " waiting for the workers to resume every run"
     )
     t_resume = t0
@@ -259,7 +263,9 @@ def decisions_per_second(
         "distinct_effects": effects.values("idempotency_key").distinct().count(),
         "http_seconds": t_http - t0,
         "decide_http": taken,
-        "web_cpu_ms_per_decision": measure.ms(cpu1 - cpu0) / decisions if cpu0 is not None and cpu1 is not None else None,
+        "web_cpu_ms_per_decision": measure.ms(cpu1 - cpu0) / decisions
+        if cpu0 is not None and cpu1 is not None
+        else None,
         "loadavg_1m_before": load,
         "workers_started_after": start_workers is not None,
         "end_to_end_seconds": t_done - t_resume,
@@ -341,19 +347,26 @@ def render(results: dict[str, Any]) -> str:
         for label, s in rows
         if s is not None
     ]
-    workers = f"{meta['workers']} workers, started after the last decision" if sustained["workers_started_after"] else f"{meta['workers']} workers, during the decisions"
+    workers = (
+        f"{meta['workers']} workers, started after the last decision"
+        if sustained["workers_started_after"]
+        else f"{meta['workers']} workers, during the decisions"
+    )
     n = sustained["decisions"]
     lost = n - sustained["distinct_effects"]
     doubled = sustained["side_effects"] - sustained["distinct_effects"]
+    http_s, done_s = sustained["http_seconds"], sustained["end_to_end_seconds"]
+    effects = results["effects"]
     out += [
         "",
         f"SUSTAINED  {n} paused runs decided by {sustained['clients']} concurrent HTTP clients",
-        f"  decisions taken by the web process   {n / sustained['http_seconds']:8.1f} /s  ({sustained['http_seconds']:.2f} s,"
+        f"  decisions taken by the web process   {n / http_s:8.1f} /s  ({http_s:.2f} s,"
         f" load average {sustained['loadavg_1m_before']:.2f} before)",
-        f"  decided → resumed → effect → done    {n / sustained['end_to_end_seconds']:8.1f} /s  ({sustained['end_to_end_seconds']:.2f} s, {workers})",
+        f"  decided → resumed → effect → done    {n / done_s:8.1f} /s  ({done_s:.2f} s, {workers})",
         *_cpu_line(sustained.get("web_cpu_ms_per_decision")),
-        f"  landed {sustained['decided']}/{n} decisions, {sustained['side_effects']} side effects: lost {lost}, doubled {doubled}, HTTP errors {sustained['http_errors']}",
-        f"  whole bench: {results['effects']['approved']} approvals, {results['effects']['side_effects']} side effects (exactly once each)",
+        f"  landed {sustained['decided']}/{n} decisions, {sustained['side_effects']} side effects:"
+        f" lost {lost}, doubled {doubled}, HTTP errors {sustained['http_errors']}",
+        f"  whole bench: {effects['approved']} approvals, {effects['side_effects']} side effects (exactly once each)",
     ]
     return "\n".join(out)
 
