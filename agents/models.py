@@ -259,7 +259,10 @@ class Approval(models.Model):
     @property
     def tally(self) -> str:
         """Say how far the quorum is: "1 of 2 approvals: bob"."""
-        voters = self.counted_voters
+        return self.tally_of(self.counted_voters)
+
+    def tally_of(self, voters: list[str]) -> str:
+        """Say how far the quorum is, given counted_voters (read already, e.g. with the votes)."""
         return f"{len(voters)} of {self.quorum} approvals" + (f": {', '.join(voters)}" if voters else "")
 
 

@@ -260,6 +260,12 @@ def _approval_summary(approval: Approval) -> dict[str, Any]:
 
 
 def _approval_detail(approval: Approval) -> dict[str, Any]:
+    # One read of the votes gives both the list and the tally (counted_voters' order).
+    votes = list(approval.votes.order_by("created_at", "id"))
+    digest = approval.digest
+    counted = [
+        vote.voter for vote in votes if vote.decision == Approval.Status.APPROVED and vote.arguments_digest == digest
+    ]
     return {
         **_approval_summary(approval),
         "agent": approval.run.agent,
@@ -271,13 +277,13 @@ def _approval_detail(approval: Approval) -> dict[str, Any]:
         "edited_arguments": approval.arguments,
         "payload": approval.payload,
         "expires_at": approval.expires_at,
-        "arguments_digest": approval.digest,
+        "arguments_digest": digest,
         "approvers": list(approval.approvers or []),
         "quorum": approval.quorum,
         "four_eyes": approval.four_eyes,
         "policy_version": approval.policy_version,
-        "votes": [VoteShape.of(vote, current_digest=approval.digest) for vote in approval.votes.order_by("created_at")],
-        "tally": approval.tally,
+        "votes": [VoteShape.of(vote, current_digest=digest) for vote in votes],
+        "tally": approval.tally_of(counted),
     }
 
 

@@ -23,7 +23,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -40,10 +40,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=100, help="timed decisions and pauses (default 100)")
     parser.add_argument("--decisions", type=int, default=400, help="decisions of the sustained pass (default 400)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent HTTP clients deciding (default 16)")
+    parser.add_argument("--workers", type=int, default=2, help="celery workers resuming runs (default 2)")
+    parser.add_argument(
+        "--sustained-only", action="store_true", help="only the sustained pass (decisions/s), not the latency passes"
+    )
+    parser.add_argument(
+        "--resume-after",
+        action="store_true",
+        help="start the workers once every decision is taken: the web process alone on the machine",
+    )
+    parser.add_argument(
+        "--sqlite", action="store_true", help="a fresh SQLite file in var/bench/ even if DATABASE_URL is set"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
-    if min(args.runs, args.decisions, args.clients) < 1:
-        parser.error("--runs, --decisions and --clients must be at least 1")
+    if min(args.runs, args.decisions, args.clients, args.workers) < 1:
+        parser.error("--runs, --decisions, --clients and --workers must be at least 1")
     return args
 
 
@@ -54,6 +66,8 @@ def _terminate(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
+    if args.sqlite:
+        os.environ.pop("DATABASE_URL", None)  # the bench's own SQLite file
     redis = None
     try:
         target = setup.prepare()
@@ -102,31 +116,38 @@ def _run(args: argparse.Namespace, target: setup.Target) -> dict[str, Any]:
     measure.check_flow()
     services.user_create(username="bench-reviewer", role="reviewer")
     token = services.token_create(username="bench-reviewer")[1]
-    for n in (1, 2):
-        setup.start_worker(setup.VAR_DIR / f"worker{n}.log")
+
+    def start_workers() -> None:
+        for n in range(1, args.workers + 1):
+            setup.start_worker(setup.VAR_DIR / f"worker{n}.log")
+
+    if not (args.sustained_only and args.resume_after):
+        start_workers()
     daphne = setup.start_daphne(setup.VAR_DIR / "daphne.log")
+    results: dict[str, Any] = {}
     try:
         headers = {"Authorization": f"Bearer {token}"}
-        with httpx.Client(base_url=daphne.url, headers=headers, timeout=30) as client:
-            warmup = min(10, args.runs)
-            measure.progress(f"decide → side effect over HTTP: {args.runs} decisions (+{warmup} warm-up)")
-            decided = decide_to_effect(client, args.runs, warmup)
-            measure.progress(f"pause → SSE event: {args.runs} pauses (+{warmup} warm-up)")
-            sse = pause_to_event(client, args.runs, warmup)
+        if not args.sustained_only:
+            with httpx.Client(base_url=daphne.url, headers=headers, timeout=30) as client:
+                warmup = min(10, args.runs)
+                measure.progress(f"decide → side effect over HTTP: {args.runs} decisions (+{warmup} warm-up)")
+                decided = decide_to_effect(client, args.runs, warmup)
+                measure.progress(f"pause → SSE event: {args.runs} pauses (+{warmup} warm-up)")
+                sse = pause_to_event(client, args.runs, warmup)
+            results["decide_to_effect"] = measure.summary(decided["effect"])
+            results["decide_http"] = measure.summary(decided["http"])
+            results["pause_to_sse_event"] = measure.summary(sse)
         measure.progress(f"sustained: {args.decisions} decisions from {args.clients} HTTP clients")
-        sustained = decisions_per_second(daphne.url, headers, args.decisions, args.clients)
+        later = start_workers if args.sustained_only and args.resume_after else None
+        assert daphne.process is not None
+        results["sustained"] = decisions_per_second(
+            daphne.url, headers, args.decisions, args.clients, later, web_pid=daphne.process.pid
+        )
     finally:
         daphne.stop()
         setup.stop_workers()
-    effects = measure.effects_check()  # every approval of the whole bench ran exactly once
-    return {
-        "meta": _meta(target, args, time.perf_counter() - started),
-        "decide_to_effect": measure.summary(decided["effect"]),
-        "decide_http": measure.summary(decided["http"]),
-        "pause_to_sse_event": measure.summary(sse),
-        "sustained": sustained,
-        "effects": effects,
-    }
+    results["effects"] = measure.effects_check()  # every approval of the whole bench ran exactly once
+    return {"meta": _meta(target, args, time.perf_counter() - started), **results}
 
 
 def decide_to_effect(client: httpx.Client, runs: int, warmup: int) -> dict[str, list[float]]:
@@ -177,27 +198,59 @@ def pause_to_event(client: httpx.Client, runs: int, warmup: int) -> list[float]:
     return samples
 
 
-def decisions_per_second(url: str, headers: dict[str, str], decisions: int, clients: int) -> dict[str, Any]:
-    """Decide many paused runs at once over HTTP; wait for every run to complete; count."""
+def decisions_per_second(
+    url: str,
+    headers: dict[str, str],
+    decisions: int,
+    clients: int,
+    start_workers: Callable[[], None] | None = None,
+    *,
+    web_pid: int | None = None,
+) -> dict[str, Any]:
+    """Decide many paused runs at once over HTTP; wait for every run to complete; count.
+
+    Each client holds one keep-alive connection and sends its next decision as soon as the
+    last is answered. With `start_workers`, the workers start only after the last decision
+    (the web process alone on the machine while it is timed), and the resume rate is timed
+    from their start.
+    """
     from agents.models import Approval, Run, SideEffect
     from bench import measure
 
+    measure.progress(f"pausing {decisions} runs")
     run_ids = [measure.paused_run() for _ in range(decisions)]
     approval_ids = [_approval_id(run_id) for run_id in run_ids]
     local = threading.local()
 
-    def decide(approval_id: str) -> int:
+    def decide(approval_id: str) -> tuple[int, float]:
         if not hasattr(local, "client"):
             local.client = httpx.Client(base_url=url, headers=headers, timeout=60)
-        return local.client.post(f"/api/approvals/{approval_id}/decide", json={"decision": "approved"}).status_code
+        t = time.perf_counter()
+        status = local.client.post(f"/api/approvals/{approval_id}/decide", json={"decision": "approved"}).status_code
+        return status, measure.ms(time.perf_counter() - t)
 
+    measure.progress(f"deciding {decisions} approvals from {clients} HTTP clients")
+    load = os.getloadavg()[0]
+    cpu0 = _cpu_seconds(web_pid)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        statuses = list(pool.map(decide, approval_ids))
+        answers = list(pool.map(decide, approval_ids))
     t_http = time.perf_counter()
-    deadline = time.monotonic() + 120
+    cpu1 = _cpu_seconds(web_pid)
+    statuses = [status for status, _ in answers]
+    taken = measure.summary([ms for _, ms in answers])
+    rate = decisions / (t_http - t0)
+    measure.progress(
+        f"taken: {rate:.1f} decisions/s, p50 {taken['p50_ms']:.1f} ms, p95 {taken['p95_ms']:.1f} ms;"
+        " waiting for the workers to resume every run"
+    )
+    t_resume = t0
+    if start_workers is not None:
+        t_resume = time.perf_counter()
+        start_workers()
+    deadline = time.monotonic() + 300
     while Run.objects.filter(pk__in=run_ids, status=Run.Status.COMPLETED).count() < decisions:
-        _expect(time.monotonic() < deadline, "runs did not all complete within 120 s; see var/bench/worker*.log")
+        _expect(time.monotonic() < deadline, "runs did not all complete within 300 s; see var/bench/worker*.log")
         time.sleep(0.005)
     t_done = time.perf_counter()
     effects = SideEffect.objects.filter(idempotency_key__in=approval_ids)
@@ -209,13 +262,29 @@ def decisions_per_second(url: str, headers: dict[str, str], decisions: int, clie
         "side_effects": effects.count(),
         "distinct_effects": effects.values("idempotency_key").distinct().count(),
         "http_seconds": t_http - t0,
-        "end_to_end_seconds": t_done - t0,
+        "decide_http": taken,
+        "web_cpu_ms_per_decision": measure.ms(cpu1 - cpu0) / decisions
+        if cpu0 is not None and cpu1 is not None
+        else None,
+        "loadavg_1m_before": load,
+        "workers_started_after": start_workers is not None,
+        "end_to_end_seconds": t_done - t_resume,
     }
     lost = decisions - result["distinct_effects"]
     doubled = result["side_effects"] - result["distinct_effects"]
     _expect(result["http_errors"] == 0 and result["decided"] == decisions, f"decisions did not all land: {result}")
     _expect(lost == 0 and doubled == 0, f"{lost} side effects lost, {doubled} doubled: {result}")
     return result
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    """Return the user + system CPU time of a process so far (Linux's /proc; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
 
 
 def _approval_id(run_id: str) -> str:
@@ -250,8 +319,9 @@ def _expect(condition: bool, problem: str) -> None:
 def _meta(target: setup.Target, args: argparse.Namespace, seconds: float) -> dict[str, Any]:
     return {
         "database": f"{target.engine} ({target.label})",
-        "processes": "1 daphne web process, 2 celery workers (--pool=solo), this process deciding",
+        "processes": f"1 daphne web process, {args.workers} celery workers (--pool=solo), this process deciding",
         "runs": args.runs,
+        "workers": args.workers,
         "cpus": os.cpu_count(),
         "loadavg_1m": os.getloadavg()[0],
         "seconds": seconds,
@@ -261,9 +331,10 @@ def _meta(target: setup.Target, args: argparse.Namespace, seconds: float) -> dic
 def render(results: dict[str, Any]) -> str:
     meta, sustained = results["meta"], results["sustained"]
     rows = [
-        ("decide → side effect over HTTP", results["decide_to_effect"]),
-        ("  of which the HTTP decide itself", results["decide_http"]),
-        ("pause committed → SSE event received", results["pause_to_sse_event"]),
+        ("decide → side effect over HTTP", results.get("decide_to_effect")),
+        ("  of which the HTTP decide itself", results.get("decide_http")),
+        ("pause committed → SSE event received", results.get("pause_to_sse_event")),
+        ("sustained: one decide request", sustained["decide_http"]),
     ]
     out = [
         f"agentfast API bench · {meta['database']} · {meta['processes']}",
@@ -271,19 +342,39 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"{'LATENCY':<40}{'n':>6}{'p50 ms':>10}{'p95 ms':>10}{'max ms':>10}",
     ]
-    out += [f"{label:<40}{s['n']:>6}{s['p50_ms']:>10.2f}{s['p95_ms']:>10.2f}{s['max_ms']:>10.2f}" for label, s in rows]
+    out += [
+        f"{label:<40}{s['n']:>6}{s['p50_ms']:>10.2f}{s['p95_ms']:>10.2f}{s['max_ms']:>10.2f}"
+        for label, s in rows
+        if s is not None
+    ]
+    workers = (
+        f"{meta['workers']} workers, started after the last decision"
+        if sustained["workers_started_after"]
+        else f"{meta['workers']} workers, during the decisions"
+    )
     n = sustained["decisions"]
     lost = n - sustained["distinct_effects"]
     doubled = sustained["side_effects"] - sustained["distinct_effects"]
+    http_s, done_s = sustained["http_seconds"], sustained["end_to_end_seconds"]
+    effects = results["effects"]
     out += [
         "",
         f"SUSTAINED  {n} paused runs decided by {sustained['clients']} concurrent HTTP clients",
-        f"  decisions taken by the web process   {n / sustained['http_seconds']:8.1f} /s  ({sustained['http_seconds']:.2f} s)",
-        f"  decided → resumed → effect → done    {n / sustained['end_to_end_seconds']:8.1f} /s  ({sustained['end_to_end_seconds']:.2f} s, 2 workers)",
-        f"  landed {sustained['decided']}/{n} decisions, {sustained['side_effects']} side effects: lost {lost}, doubled {doubled}, HTTP errors {sustained['http_errors']}",
-        f"  whole bench: {results['effects']['approved']} approvals, {results['effects']['side_effects']} side effects (exactly once each)",
+        f"  decisions taken by the web process   {n / http_s:8.1f} /s  ({http_s:.2f} s,"
+        f" load average {sustained['loadavg_1m_before']:.2f} before)",
+        f"  decided → resumed → effect → done    {n / done_s:8.1f} /s  ({done_s:.2f} s, {workers})",
+        *_cpu_line(sustained.get("web_cpu_ms_per_decision")),
+        f"  landed {sustained['decided']}/{n} decisions, {sustained['side_effects']} side effects:"
+        f" lost {lost}, doubled {doubled}, HTTP errors {sustained['http_errors']}",
+        f"  whole bench: {effects['approved']} approvals, {effects['side_effects']} side effects (exactly once each)",
     ]
     return "\n".join(out)
+
+
+def _cpu_line(cpu_ms: float | None) -> list[str]:
+    if cpu_ms is None:
+        return []
+    return [f"  web process CPU per decision         {cpu_ms:8.2f} ms (one core's worth: {1000 / cpu_ms:.0f} /s)"]
 
 
 if __name__ == "__main__":

@@ -20,8 +20,10 @@ instead; streams wait on the event loop, so they cost no thread.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -76,13 +78,31 @@ def refusal(method: str, path: str, raw_headers: list[tuple[bytes, bytes]]) -> t
     return None
 
 
+# How long a token found live is taken as live by these header checks. They only decide
+# whether to read a body (at most max_body() bytes): the API authenticates every request
+# itself, so a token revoked within this window is still refused, after its body is read.
+# Without it, every POST with a token paid two extra lookups (daphne's check and
+# BodyLimit's), each on a fresh database connection.
+LIVE_FOR_SECONDS = 5.0
+_MAX_REMEMBERED = 10_000
+_live_until: dict[str, float] = {}  # sha256 of a token → monotonic time its last check stops counting
+
+
 def _token_is_live(token: str) -> bool:
+    key = hashlib.sha256(token.encode()).hexdigest()
+    if _live_until.get(key, 0.0) > time.monotonic():
+        return True
     from agents import services
 
     try:
-        return services.token_authenticate(token) is not None
+        live = services.token_authenticate(token) is not None
     finally:
         connection.close()  # a pool thread outside any request: nobody else closes it
+    if live:
+        if len(_live_until) >= _MAX_REMEMBERED:
+            _live_until.clear()  # bounded: forgetting only costs a lookup
+        _live_until[key] = time.monotonic() + LIVE_FOR_SECONDS
+    return live
 
 
 def _body(status: int, code: str, message: str) -> tuple[list[tuple[bytes, bytes]], bytes]:

@@ -92,6 +92,10 @@ def _postgres(config: dict[str, object]) -> dict[str, object]:
     return {**config, "OPTIONS": options, "CONN_MAX_AGE": 0}
 
 
+# Threads of a web process that serve decisions side by side (dashboard.api.pooled): under ASGI
+# Django runs every sync view on one thread. Each holds a database connection while it decides.
+AGENTFAST_DECIDE_THREADS = env.int("AGENTFAST_DECIDE_THREADS", default=8)
+
 # -- end throughput ---------------------------------------------------------------------------------
 
 

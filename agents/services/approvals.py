@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Field, Model
 from django.utils import timezone
 
@@ -91,7 +93,7 @@ def approval_decide(
         _may_remember_or_audit(approval, decision, attempt, remember)
     ask = _Ask(decision, attempt, note, feedback, arguments, payload, auto_resume)
     result, mismatch = None, ""
-    with transaction.atomic():
+    with _one_writer(), transaction.atomic():
         # The run's row first, as run_cancel does, so a decision and a cancel never interleave:
         # a cancel that came first has expired this approval, and the compare-and-set fails.
         # Then the approval's: concurrent votes count one at a time, so one of them decides.
@@ -286,7 +288,9 @@ def _find(approval_id: str) -> Approval | None:
     """Return the approval, or None; an id no approval can have (NUL, too long) is not even looked up."""
     if text.problem(approval_id) is not None or len(approval_id) > APPROVAL_ID_CHARS:
         return None
-    return Approval.objects.select_related("tool_call", "run").filter(pk=approval_id).first()
+    # No joins: the decision reads the row again, with its run and call, under the lock; this
+    # copy only validates the request (a rule that needs the run, four eyes, loads it).
+    return Approval.objects.filter(pk=approval_id).first()
 
 
 def _validated_or_audit(
@@ -505,4 +509,23 @@ def _fit(value: str, model: type[Model], field: str) -> str:
 
 def _lock_run(run_id: str) -> None:
     """Lock the run's row until the transaction ends (SQLite serializes writing transactions anyway)."""
+    if not connection.features.has_select_for_update:
+        return  # SQLite: BEGIN IMMEDIATE already holds the database's one write lock
     list(Run.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True))
+
+
+_sqlite_writer = threading.Lock()
+
+
+def _one_writer() -> AbstractContextManager[object]:
+    """On SQLite, let this process's threads take the write lock one after the other.
+
+    SQLite admits one writing transaction; a thread that finds it taken polls with growing
+    sleeps (up to 100 ms each), so decisions served side by side would wait far longer than
+    the transaction ahead of them lasts. A lock of the process queues them instead (other
+    processes still meet SQLite's own). PostgreSQL's row locks need no help. Inside a
+    caller's transaction the write lock is already held: waiting here could only deadlock.
+    """
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        return nullcontext()
+    return _sqlite_writer

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -23,7 +24,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from agents import runtime, services
-from agents.models import Approval, Run, RunEvent, SideEffect
+from agents.models import Approval, AuditEntry, Run, RunEvent, SideEffect
 from tests.conftest import ROOT, child_env, wait_for
 from tests.support import flows
 
@@ -165,6 +166,37 @@ def seqs(run: Run) -> list[int]:
 
 
 # -- the curl example of the issue -------------------------------------------------------
+
+
+def test_concurrent_decisions_each_land_once_with_one_audit_row_each(server: str, token: str) -> None:
+    """The server decides side by side (a pool of threads): repeats and rivals still count once."""
+    runs = [flows.start(REFUND, auto_resume=False) for _ in range(6)]  # each paused on its gated call
+    approval_ids = [flows.pending(run)[0].id for run in runs]
+    # Each approval: the same approval three times and a rejection, all at once.
+    asks = [(approval_id, decision) for approval_id in approval_ids for decision in ("approved",) * 3 + ("rejected",)]
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def ask(item: tuple[str, str]) -> tuple[str, int, dict[str, Any]]:
+        approval_id, decision = item
+        response = httpx.post(
+            f"{server}/api/approvals/{approval_id}/decide", json={"decision": decision}, headers=headers, timeout=30
+        )
+        return approval_id, response.status_code, response.json()
+
+    with ThreadPoolExecutor(len(asks)) as pool:
+        answers = list(pool.map(ask, asks))
+
+    for approval_id in approval_ids:
+        approval = Approval.objects.get(pk=approval_id)
+        mine = [(status, body) for aid, status, body in answers if aid == approval_id]
+        decided = [body for status, body in mine if status == 200 and body["outcome"] == "decided"]
+        assert len(decided) == 1, mine
+        assert decided[0]["status"] == approval.status
+        assert {status for status, _ in mine} <= {200, 409}
+        audited = AuditEntry.objects.filter(approval_id=approval_id)
+        assert audited.filter(outcome=AuditEntry.Outcome.DECIDED).count() == 1
+        assert audited.count() == 4  # every attempt, refused or not
+    assert services.audit_verify().ok
 
 
 def test_it_takes_the_curl_example_of_the_issue(server: str, start_worker: Callable[..., Any]) -> None:
