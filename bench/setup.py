@@ -227,19 +227,15 @@ def start_cli_worker(log_path: Path, *, name: str, extra: tuple[str, ...] = (), 
 
 def start_cli_serve(log_path: Path, **env: str) -> Daphne:
     """Start `agentfast serve`, the web process `make run` starts, on the bench DB and Redis."""
-    server = CliServe(log=log_path, env={**os.environ, **env})
-    server.start()
-    try:
-        server.wait_ready()
-    except RuntimeError as exc:
-        server.stop()
-        raise BenchError(str(exc)) from None
-    return server
+    return _serve(CliServe(log=log_path, env={**os.environ, **env}))
 
 
 def start_daphne(log_path: Path, **env: str) -> Daphne:
     """Start the one web process on the bench DB and Redis, on a free port."""
-    server = Daphne(log=log_path, env={**os.environ, **env})
+    return _serve(Daphne(log=log_path, env={**os.environ, **env}))
+
+
+def _serve(server: Daphne) -> Daphne:
     server.start()
     try:
         server.wait_ready()
