@@ -106,10 +106,13 @@
     event.preventDefault();
   });
 
-  // A selected card that was decided (here or elsewhere) hands the selection to its neighbour.
+  // A selected card that was decided (here or elsewhere) hands the selection to its neighbour;
+  // a swap that replaced the selected card's element (a list refresh) keeps it selected.
   function reselect() {
-    var list = cards();
-    if (selectedId && !current()) select(list[Math.min(selectedIndex, list.length - 1)] || null);
+    if (!selectedId) return;
+    var card = current();
+    if (!card) select(cards()[Math.min(selectedIndex, cards().length - 1)] || null);
+    else if (!card.classList.contains("selected")) select(card);
   }
   document.addEventListener("htmx:wsAfterMessage", reselect);
   document.addEventListener("htmx:afterSettle", reselect);
