@@ -93,16 +93,6 @@ def _raise_open_files() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-class ServeDaphne(Daphne):
-    """daphne with the arguments and thread pool `agentfast serve` gives it (quiet access log)."""
-
-    def __init__(self, *, log: Any, env: dict[str, str]) -> None:
-        from dashboard.processes import WEB_THREADS
-
-        super().__init__(log=log, env={"ASGI_THREADS": str(WEB_THREADS), **env})
-        self.args[-1:-1] = ["-v", "0"]
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
@@ -116,13 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         target = setup.prepare()
         redis = setup.start_redis()
         users = _django(target, args)
-        env = {**os.environ, "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
-        server = ServeDaphne(log=VAR_DIR / "watchers-daphne.log", env=env)
-        server.start()
-        try:
-            server.wait_ready()
-        except RuntimeError as exc:
-            raise setup.BenchError(str(exc)) from None
+        server = setup.start_cli_serve(VAR_DIR / "watchers-daphne.log", DJANGO_ALLOWED_HOSTS="127.0.0.1")
         results = asyncio.run(_measure(args, server, users))
     except setup.BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
