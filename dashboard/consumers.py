@@ -12,7 +12,6 @@ import contextlib
 import copy
 import hashlib
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
 from functools import cache
 from importlib import import_module
@@ -33,6 +32,7 @@ from agents.models import Approval, RunEvent
 from agents.services import eligibility
 from dashboard.auth import is_reviewer
 from dashboard.forms import InboxFilter
+from dashboard.hub import Hub, Shared
 from dashboard.views import describe_cards
 
 T = TypeVar("T")
@@ -106,9 +106,9 @@ class InboxConsumer(AsyncWebsocketConsumer):
     """Push new approvals as cards and remove decided ones, in every open inbox.
 
     Thousands of inboxes may be open on one process, so a push costs each of them no
-    table read and no thread: what an event shows is worked out once per process
-    (`_InboxPush`), per reviewer where it depends on who looks, and each socket only
-    picks its variant and sends it, on the event loop.
+    table read and no thread: every inbox of the process is fed by one subscription
+    (dashboard.hub), what an event shows is worked out once (`_InboxPush`), per reviewer
+    where it depends on who looks, and each socket only picks its variant and sends it.
     """
 
     async def connect(self) -> None:
@@ -140,13 +140,13 @@ class InboxConsumer(AsyncWebsocketConsumer):
         for name in self.groups_joined:
             await self.channel_layer.group_add(name, self.channel_name)
         self.live = False
-        await _InboxHub.join(self)
+        await Hub.join(events.APPROVALS_GROUP, self, self.channel_layer)
         await self.accept()
         self.live = True
 
     async def disconnect(self, code: int) -> None:
         self.live = False
-        await _InboxHub.leave(self)
+        await Hub.leave(events.APPROVALS_GROUP, self)
         for name in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(name, self.channel_name)
 
@@ -170,17 +170,25 @@ class InboxConsumer(AsyncWebsocketConsumer):
         ):
             await self.close(code=FORBIDDEN)
 
-    async def show(self, push: _InboxPush, message: dict[str, Any]) -> None:
+    async def deliver(self, event: Shared) -> None:
         """Send what this inbox shows of an approval event (the hub calls it for every open inbox)."""
-        if not self.live:
+        message = event.message
+        if not self.live or message.get("type") != "run.event" or message.get("event") not in _INBOX_EVENTS:
             return
+        push = _InboxPush.of(event)
         html: str | None
         if message["event"] == RunEvent.Type.APPROVAL_DECIDED:
             html = await push.once(("decided",), _decided_html, push.approval_id)
         else:
             html = await self._card(push, replace=message["event"] == RunEvent.Type.APPROVAL_VOTED)
         if html is not None:
-            await self.send(text_data=html + push.count_html(await self._count(push)))
+            await self.send(text_data=push.frame(html, await self._count(push)))
+
+    def lost(self) -> None:
+        """The process lost the channel layer: close, so the browser reconnects (and re-fetches)."""
+        if self.live:
+            self.live = False
+            asyncio.ensure_future(self.close(code=1011))
 
     async def _card(self, push: _InboxPush, *, replace: bool) -> str | None:
         """The new card to insert, or (a vote) the card to swap in where it is shown; None: nothing."""
@@ -229,120 +237,36 @@ class InboxConsumer(AsyncWebsocketConsumer):
 _INBOX_EVENTS = {RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_VOTED, RunEvent.Type.APPROVAL_DECIDED}
 
 
-class _InboxHub:
-    """The open inboxes of this process (one event loop), fed by one subscription to the approvals group.
-
-    Each inbox joining the group itself made every event a channel-layer message per
-    socket: a decode, a queue, a task and a dispatch each, 0.2 ms of the web process per
-    socket per event. The hub receives each event once and hands it to every inbox in
-    turn, in the order the events were published. Access messages still reach each
-    socket on its own channel (the user's group), as does closing it.
-    """
-
-    _hubs: dict[int, _InboxHub] = {}
-
-    def __init__(self, layer: Any) -> None:
-        self.layer = layer
-        self.inboxes: dict[InboxConsumer, None] = {}  # ordered: the oldest inbox is served first
-        self.channel = ""
-        self._task: asyncio.Future[None] | None = None
-        self._ready = asyncio.ensure_future(self._subscribe())
-
-    @classmethod
-    async def join(cls, inbox: InboxConsumer) -> None:
-        loop = id(asyncio.get_running_loop())
-        hub = cls._hubs.get(loop)
-        if hub is None:
-            hub = cls._hubs[loop] = cls(inbox.channel_layer)
-        hub.inboxes[inbox] = None
-        try:
-            await asyncio.shield(hub._ready)
-        except Exception:
-            if cls._hubs.get(loop) is hub:  # the next inbox tries again
-                del cls._hubs[loop]
-            raise
-
-    @classmethod
-    async def leave(cls, inbox: InboxConsumer) -> None:
-        loop = id(asyncio.get_running_loop())
-        hub = cls._hubs.get(loop)
-        if hub is None or inbox not in hub.inboxes:
-            return
-        del hub.inboxes[inbox]
-        if not hub.inboxes:  # the last one: let go of the subscription (a new hub takes over)
-            del cls._hubs[loop]
-            await hub._stop()
-
-    async def _subscribe(self) -> None:
-        self.channel = await self.layer.new_channel("inboxes.")
-        await self.layer.group_add(events.APPROVALS_GROUP, self.channel)
-        self._task = asyncio.ensure_future(self._run())
-
-    async def _stop(self) -> None:
-        with contextlib.suppress(BaseException):
-            await self._ready
-        if self._task is not None:
-            self._task.cancel()  # cancelling the pending receive also unsubscribes the channel
-            with contextlib.suppress(BaseException):
-                await self._task
-        with contextlib.suppress(Exception):
-            await self.layer.group_discard(events.APPROVALS_GROUP, self.channel)
-
-    async def _run(self) -> None:
-        while True:
-            message = await self.layer.receive(self.channel)
-            if message.get("type") != "run.event" or message.get("event") not in _INBOX_EVENTS:
-                continue
-            push = _InboxPush.of(message)
-            for inbox in list(self.inboxes):
-                try:
-                    await inbox.show(push, message)
-                except Exception:  # one inbox (a socket closing, say) must not stop the others
-                    logger.warning("could not push %s to an inbox", message["event"], exc_info=True)
-
-
 class _InboxPush:
     """One approval event as the inboxes of this process show it: each part read or rendered once.
 
-    Parts are tasks keyed by what they depend on (the approval; a reviewer's groups; a
-    filter's count; a card variant), run in a thread on first use and awaited by every socket
-    that needs them. The last few events are kept, so a socket that falls behind still finds them.
+    The parts live on the hub's shared event, keyed by what they depend on (the approval; a
+    reviewer's groups; a filter's count; a card variant), so every socket that needs one
+    awaits the same read or takes the same string.
     """
 
-    _KEPT = 256
-    _recent: OrderedDict[tuple[int, str, int | None, str], _InboxPush] = OrderedDict()
-
-    def __init__(self, approval_id: str) -> None:
-        self.approval_id = approval_id
-        self._parts: dict[tuple[Any, ...], asyncio.Future[Any]] = {}
-        self._counts: dict[int, str] = {}
+    def __init__(self, event: Shared) -> None:
+        self.event = event
+        self.approval_id: str = event.message["data"]["approval_id"]
 
     @classmethod
-    def of(cls, message: dict[str, Any]) -> _InboxPush:
-        approval_id = message["data"]["approval_id"]
-        if message["seq"] is None:  # never for approval events, which are stored; but then unshared
-            return cls(approval_id)
-        key = (id(asyncio.get_running_loop()), message["run_id"], message["seq"], message["event"])
-        push = cls._recent.get(key)
-        if push is None:
-            push = cls._recent[key] = cls(approval_id)
-            while len(cls._recent) > cls._KEPT:
-                cls._recent.popitem(last=False)
-        return push
+    def of(cls, event: Shared) -> _InboxPush:
+        return event.memo(("inbox",), cls, event)
 
     async def once(self, key: tuple[Any, ...], func: Callable[..., T], *args: Any) -> T:
-        part = self._parts.get(key)
-        if part is None:
-            part = self._parts[key] = asyncio.ensure_future(database_sync_to_async(func)(*args))
-        elif part.done():  # the usual case: another socket asked first
-            return part.result()
-        # Shielded: a socket closing while it waits must not cancel the part for the others.
-        return await asyncio.shield(part)
+        return await self.event.once(("inbox", *key), func, *args)
 
     def count_html(self, count: int) -> str:
-        if count not in self._counts:
-            self._counts[count] = render_to_string("dashboard/_pending_count.html", {"count": count, "oob": True})
-        return self._counts[count]
+        return self.event.memo(
+            ("inbox-count", count),
+            render_to_string,
+            "dashboard/_pending_count.html",
+            {"count": count, "oob": True},
+        )
+
+    def frame(self, html: str, count: int) -> str:
+        """The whole frame a socket sends: its variant's partial and the count, joined once."""
+        return self.event.memo(("inbox-frame", id(html), count), lambda: html + self.count_html(count))
 
 
 def _described_approval(approval_id: str) -> Approval | None:

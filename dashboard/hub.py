@@ -1,0 +1,171 @@
+"""One channel-layer subscription per group and process, shared by every live connection in it.
+
+Thousands of inboxes and SSE streams may be open on one web process. When each joined the
+approvals group on its own channel, every event became a channel-layer message per
+connection: a decode, a queue, a task and a dispatch each. A `Hub` receives each message of
+its group once and hands it, as one `Shared` event, to every member in turn, in the order
+the messages were published; what members derive from it (a table read, a rendered frame)
+is worked out once through `Shared.once` and `Shared.memo`.
+
+Members are served a batch at a time, with a yield to the event loop between batches, so
+the first connections' bytes are on the wire while the later ones are still being served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+BATCH = 100  # members served between two yields to the event loop
+
+
+class Member(Protocol):
+    async def deliver(self, event: Shared) -> None:
+        """Take one message of the group (a member must not block: the others wait)."""
+
+    def lost(self) -> None:
+        """The hub lost its channel layer: no further message will come."""
+
+
+class Shared:
+    """One message of a group, as every member of this process sees it: each part worked out once.
+
+    `once` runs a blocking call (a table read) in a thread on first use and hands its result
+    to every member that asks; `memo` does the same for a quick call on the event loop (a
+    rendered frame). Parts are keyed by what they depend on.
+    """
+
+    def __init__(self, message: dict[str, Any]) -> None:
+        self.message = message
+        self._parts: dict[tuple[Any, ...], Any] = {}
+
+    async def once(self, key: tuple[Any, ...], func: Callable[..., T], *args: Any) -> T:
+        part = self._parts.get(key)
+        if part is None:
+            part = self._parts[key] = asyncio.ensure_future(database_sync_to_async(func)(*args))
+        elif part.done():  # the usual case: another member asked first
+            return part.result()
+        # Shielded: a member closing while it waits must not cancel the part for the others.
+        return await asyncio.shield(part)
+
+    def memo(self, key: tuple[Any, ...], func: Callable[..., T], *args: Any) -> T:
+        if key not in self._parts:
+            self._parts[key] = func(*args)
+        return self._parts[key]
+
+
+class Hub:
+    """The members of one group in this process (one event loop), fed by one subscription."""
+
+    _hubs: dict[tuple[int, str], Hub] = {}
+
+    def __init__(self, layer: Any, group: str) -> None:
+        self.layer, self.group = layer, group
+        self.members: dict[Member, None] = {}  # ordered: the oldest member is served first
+        self.channel = ""
+        self._task: asyncio.Future[None] | None = None
+        self._ready = asyncio.ensure_future(self._subscribe())
+
+    @classmethod
+    async def join(cls, group: str, member: Member, layer: Any = None) -> None:
+        """Add a member; return once the group's messages reach this process (raise if they cannot)."""
+        key = (id(asyncio.get_running_loop()), group)
+        hub = cls._hubs.get(key)
+        if hub is None:
+            layer = layer if layer is not None else get_channel_layer()
+            if layer is None:
+                raise RuntimeError("no channel layer is configured")
+            hub = cls._hubs[key] = cls(layer, group)
+        hub.members[member] = None
+        try:
+            await asyncio.shield(hub._ready)
+        except BaseException:
+            hub.members.pop(member, None)
+            failed = hub._ready.done() and (hub._ready.cancelled() or hub._ready.exception() is not None)
+            if failed and cls._hubs.get(key) is hub:  # the next member tries again
+                del cls._hubs[key]
+            raise
+
+    @classmethod
+    async def leave(cls, group: str, member: Member) -> None:
+        key = (id(asyncio.get_running_loop()), group)
+        hub = cls._hubs.get(key)
+        if hub is None or member not in hub.members:
+            return
+        del hub.members[member]
+        if not hub.members:  # the last one: let go of the subscription (a new hub takes over)
+            del cls._hubs[key]
+            await hub._stop()
+
+    @classmethod
+    def subscribed(cls, group: str) -> bool:
+        """Return whether this event loop has a hub on `group` (for tests and the bench)."""
+        return (id(asyncio.get_running_loop()), group) in cls._hubs
+
+    async def _subscribe(self) -> None:
+        await keep_receiving(self.layer)
+        self.channel = await self.layer.new_channel("hub.")
+        await self.layer.group_add(self.group, self.channel)
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _stop(self) -> None:
+        with contextlib.suppress(BaseException):
+            await self._ready
+        if self._task is not None:
+            self._task.cancel()  # cancelling the pending receive also unsubscribes the channel
+            with contextlib.suppress(BaseException):
+                await self._task
+        with contextlib.suppress(Exception):
+            await self.layer.group_discard(self.group, self.channel)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except Exception as exc:  # noqa: BLE001 — the layer broke: tell the members, let a new hub try
+                logger.warning("live %s lost the channel layer: %s", self.group, exc)
+                self._drop()
+                return
+            event = Shared(message)
+            for index, member in enumerate(list(self.members)):
+                if index and not index % BATCH:
+                    await asyncio.sleep(0)  # let what was sent so far go out
+                if member not in self.members:
+                    continue  # left while the batch before was served
+                try:
+                    await member.deliver(event)
+                except Exception:  # one member (a socket closing, say) must not stop the others
+                    logger.warning("could not hand %s to a live connection", message.get("type"), exc_info=True)
+
+    def _drop(self) -> None:
+        for key, hub in list(self._hubs.items()):
+            if hub is self:
+                del self._hubs[key]
+        for member in list(self.members):
+            with contextlib.suppress(Exception):
+                member.lost()
+        self.members.clear()
+
+
+_anchors: dict[int, str] = {}  # event loop id → a channel this process never leaves
+
+
+async def keep_receiving(layer: Any) -> None:
+    """Keep the channel layer's receiver reading at once, from the first connection on.
+
+    channels_redis' pub/sub receiver sleeps 100 ms between looks while its process
+    subscribes to nothing, so the first push to a new connection of an idle process waited
+    up to 100 ms. One channel that is never left keeps it subscribed.
+    """
+    loop = id(asyncio.get_running_loop())
+    if loop not in _anchors:
+        _anchors[loop] = await layer.new_channel("sse-anchor.")
