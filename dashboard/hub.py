@@ -70,6 +70,7 @@ class Hub:
 
     def __init__(self, layer: Any, group: str) -> None:
         self.layer, self.group = layer, group
+        self.loop = asyncio.get_running_loop()
         self.members: dict[Member, None] = {}  # ordered: the oldest member is served first
         self.channel = ""
         self._task: asyncio.Future[None] | None = None
@@ -78,9 +79,10 @@ class Hub:
     @classmethod
     async def join(cls, group: str, member: Member, layer: Any = None) -> None:
         """Add a member; return once the group's messages reach this process (raise if they cannot)."""
-        key = (id(asyncio.get_running_loop()), group)
+        loop = asyncio.get_running_loop()
+        key = (id(loop), group)
         hub = cls._hubs.get(key)
-        if hub is None:
+        if hub is None or hub.loop is not loop:  # none yet, or one of a closed loop that had this id
             layer = layer if layer is not None else get_channel_layer()
             if layer is None:
                 raise RuntimeError("no channel layer is configured")
@@ -109,7 +111,8 @@ class Hub:
     @classmethod
     def subscribed(cls, group: str) -> bool:
         """Return whether this event loop has a hub on `group` (for tests and the bench)."""
-        return (id(asyncio.get_running_loop()), group) in cls._hubs
+        hub = cls._hubs.get((id(asyncio.get_running_loop()), group))
+        return hub is not None and hub.loop is asyncio.get_running_loop()
 
     async def _subscribe(self) -> None:
         await keep_receiving(self.layer)

@@ -10,7 +10,9 @@ table, and an idle stream re-reads the table whenever it sends a heartbeat.
     data: {"run_id": "run_…", "seq": 7, "event": "approval_required", "data": {…}}
 
 `id` is the run's event seq; `delta` frames (streamed tokens) have none, being live only.
-The approval feed spans runs, so its ids are RunEvent primary keys instead.
+The approval feed spans runs, so its ids are RunEvent primary keys instead. Its streams,
+thousands per process, share one subscription (dashboard.hub): each event's pk is read and
+its frame encoded once, and each stream only writes the bytes.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from agents.runtime.driver import DriveResult
 from agents.services import tokens
 from dashboard.api_auth import ApiError
 from dashboard.auth import is_reviewer
+from dashboard.hub import Hub, Shared, keep_receiving
 
 T = TypeVar("T")
 
@@ -65,13 +68,13 @@ def frame(event: str, payload: dict[str, Any], event_id: int | None = None) -> s
     return f"{head}event: {event}\ndata: {text.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-def response(stream: AsyncIterator[str], viewer: Viewer | None = None) -> HttpResponseBase:
+def response(stream: AsyncIterator[str] | AsyncIterator[str | bytes], viewer: Viewer | None = None) -> HttpResponseBase:
     """Wrap a stream; daphne serves it from its event loop, holding no thread.
 
     A viewer over their share of open streams (AGENTFAST_STREAMS_PER_USER in this process)
     gets a 429 instead; the slot is given back when the response closes.
     """
-    body: AsyncIterable[str] = stream
+    body: AsyncIterable[str] | AsyncIterable[str | bytes] = stream
     if viewer is not None:
         release = _open_streams.take(viewer.user_id)
         if release is None:
@@ -131,10 +134,10 @@ _open_streams = _OpenStreams()
 class _Slot:
     """A stream holding a slot; StreamingHttpResponse calls close() when the response ends."""
 
-    def __init__(self, stream: AsyncIterator[str], release: Callable[[], None]) -> None:
+    def __init__(self, stream: AsyncIterator[str] | AsyncIterator[str | bytes], release: Callable[[], None]) -> None:
         self.stream, self.close = stream, release
 
-    def __aiter__(self) -> AsyncIterator[str]:
+    def __aiter__(self) -> AsyncIterator[str] | AsyncIterator[str | bytes]:
         return self.stream
 
 
@@ -280,7 +283,7 @@ class _Live:
     async def __aenter__(self) -> Self:
         try:
             layer = get_channel_layer()
-            await _keep_receiving(layer)
+            await keep_receiving(layer)
             self.channel = await layer.new_channel()
             for group in self.groups:
                 await layer.group_add(group, self.channel)
@@ -327,21 +330,6 @@ class _Live:
             return None
         self._receive()
         return message
-
-
-_anchors: dict[int, str] = {}  # event loop id → a channel this process never leaves
-
-
-async def _keep_receiving(layer: Any) -> None:
-    """Keep the channel layer's receiver reading at once, from the first stream on.
-
-    channels_redis' pub/sub receiver sleeps 100 ms between looks while its process
-    subscribes to nothing, so the first push to each new stream of an idle process waited
-    up to 100 ms (the bench saw 90). One channel that is never left keeps it subscribed.
-    """
-    loop = id(asyncio.get_running_loop())
-    if loop not in _anchors:
-        _anchors[loop] = await layer.new_channel("sse-anchor.")
 
 
 # -- feeds: what a stream has sent, and what follows -------------------------------------
@@ -403,6 +391,8 @@ class ApprovalFeed:
 
     Primary keys are handed out at INSERT and transactions may commit out of that order
     (PostgreSQL), so live events are deduplicated by the pks sent rather than by the highest.
+    A live event comes from this process's hub (`shared`): its pk is read and its frame
+    encoded once for every stream, which only checks that it has not sent it yet.
     """
 
     ended = False
@@ -412,15 +402,25 @@ class ApprovalFeed:
         self.last = after
         self._sent: set[int] = set()
 
-    async def stored(self) -> list[str]:
+    async def stored(self, *, shared_for: float = 0.0) -> list[str]:
+        """Frames of the stored events after the last one sent.
+
+        `shared_for` > 0 (an idle look, not the replay): a read another stream of this
+        process made from the same point within that many seconds serves this one too.
+        """
         frames: list[str] = []
         while True:
-            rows = await _read(_approval_events_after, self.last)
+            if shared_for:
+                key = ("approval-events-after", self.last)
+                rows = await _shared_read(key, shared_for, _approval_events_after, self.last)
+            else:
+                rows = await _read(_approval_events_after, self.last)
             frames += [self._frame(*row) for row in rows]  # all newer than any pk sent
             if len(rows) < REPLAY_BATCH:
                 return frames
 
     async def live(self, message: dict[str, Any]) -> list[str]:
+        """Frames of one live event received on this stream's own channel (not through a hub)."""
         if message["event"] not in APPROVAL_EVENTS or message["seq"] is None:
             return []
         # Every approval stream of this process wants the same pk: one read (it never changes).
@@ -430,12 +430,31 @@ class ApprovalFeed:
             return []
         return [self._frame(pk, message["run_id"], message["seq"], message["event"], message["data"])]
 
+    async def shared(self, event: Shared) -> list[bytes]:
+        """The frame of a hub's event, unless it is no approval event or was sent already (replayed)."""
+        message = event.message
+        if message.get("event") not in APPROVAL_EVENTS or message.get("seq") is None:
+            return []
+        pk = await event.once(("sse-pk",), _closing(_event_pk), message["run_id"], message["seq"])
+        if pk is None or pk in self._sent:
+            return []
+        self._note(pk)
+        return [event.memo(("sse-frame",), _encoded_frame, pk, message)]
+
     def _frame(self, pk: int, run_id: str, seq: int, event: str, data: dict[str, Any]) -> str:
+        self._note(pk)
+        return frame(event, _payload(run_id, seq, event, data), pk)
+
+    def _note(self, pk: int) -> None:
         self._sent.add(pk)
         self.last = max(self.last, pk)
         if len(self._sent) > self._REMEMBERED:  # a late commit is seconds old, not thousands of events
             self._sent = {sent for sent in self._sent if sent > self.last - self._REMEMBERED // 2}
-        return frame(event, _payload(run_id, seq, event, data), pk)
+
+
+def _encoded_frame(pk: int, message: dict[str, Any]) -> bytes:
+    payload = _payload(message["run_id"], message["seq"], message["event"], message["data"])
+    return frame(message["event"], payload, pk).encode()
 
 
 def _run_events_after(run_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]:
@@ -506,15 +525,135 @@ async def run_stream(run_id: str, after: int, viewer: Viewer | None = None) -> A
             yield chunk
 
 
-async def approval_stream(after: int, viewer: Viewer | None = None) -> AsyncIterator[str]:
-    """Yield the approval events of all runs after RunEvent pk `after`, then live ones, forever."""
+async def approval_stream(after: int, viewer: Viewer | None = None) -> AsyncIterator[str | bytes]:
+    """Yield the approval events of all runs after RunEvent pk `after`, then live ones, forever.
+
+    1. Join this process's hubs (the approvals group, the viewer's access groups) before
+       reading the table: an event committed during the replay arrives live as well and is
+       dropped as a duplicate, so none is missed.
+    2. Replay from the table, say `: live`, then send what the hubs hand over, a heartbeat
+       after each quiet spell, and `access_ended` once the viewer's access ends.
+    """
     feed = ApprovalFeed(after)
-    async with _Live(events.APPROVALS_GROUP, also=viewer.groups if viewer else ()) as live:
+    async with _Watch(viewer.groups if viewer else ()) as watch:
         for chunk in await feed.stored():
             yield chunk
         yield LIVE
-        async for chunk in _follow(live, feed, viewer):
+        async for part in _follow_hubs(watch, feed, viewer):
+            yield part
+
+
+async def _follow_hubs(watch: _Watch, feed: ApprovalFeed, viewer: Viewer | None) -> AsyncIterator[str | bytes]:
+    """`_follow` for a stream fed by hubs: the same heartbeats, idle looks and access checks."""
+    quiet_since = time.monotonic()
+    while True:
+        event = await watch.next()
+        frames: list[str] | list[bytes]
+        if event is None:  # quiet for a tick: look at the table (a lost push; no channel layer)
+            frames = await feed.stored(shared_for=min(RECHECK_SHARED_SECONDS, watch.tick / 2))
+        elif event.message.get("type") == "access.check":
+            if viewer is not None and not await viewer.still_allowed(event.message):
+                yield ACCESS_ENDED
+                return
+            continue
+        else:
+            frames = await feed.shared(event)
+        for chunk in frames:
             yield chunk
+        if frames:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= HEARTBEAT_SECONDS:
+            quiet_since = time.monotonic()
+            if viewer is not None and not await viewer.still_allowed():
+                yield ACCESS_ENDED
+                return
+            yield HEARTBEAT
+
+
+class _Watch:
+    """A stream's place in this process's hubs: the approvals group and its viewer's access groups.
+
+    The hubs append their messages here and the stream takes them in order. Waiting costs no
+    timer per message: one timer per quiet spell says when a tick is due, and a message only
+    moves the due time. Without a channel layer (or once a hub lost it) the stream ticks every
+    POLL_SECONDS and reads the table instead.
+    """
+
+    def __init__(self, access_groups: tuple[str, ...]) -> None:
+        self.groups = (events.APPROVALS_GROUP, *access_groups)
+        self.joined: list[str] = []
+        self.live = False
+        self._items: list[Shared] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = 0.0
+
+    @property
+    def tick(self) -> float:
+        return HEARTBEAT_SECONDS if self.live else POLL_SECONDS
+
+    async def __aenter__(self) -> Self:
+        try:
+            for group in self.groups:
+                await Hub.join(group, self)
+                self.joined.append(group)
+            self.live = True
+        except Exception as exc:  # noqa: BLE001 — any transport failure: fall back to polling the table
+            logger.warning("SSE approvals without the channel layer (polling the table): %s", exc)
+            await self._leave()
+        self._due = time.monotonic() + self.tick
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        await self._leave()
+
+    async def _leave(self) -> None:
+        for group in self.joined:
+            try:
+                await Hub.leave(group, self)
+            except Exception:  # the stream is over either way
+                logger.debug("could not leave %s", group, exc_info=True)
+        self.joined = []
+
+    async def deliver(self, event: Shared) -> None:
+        self._items.append(event)
+        self._wake()
+
+    def lost(self) -> None:
+        self.live = False  # poll from now on
+        self._due = min(self._due, time.monotonic() + POLL_SECONDS)
+        if self._timer is not None:  # armed for the later due time
+            self._timer.cancel()
+            self._timer = None
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def next(self) -> Shared | None:
+        """Return the next message, or None once `tick` seconds passed without one."""
+        loop = asyncio.get_running_loop()
+        while not self._items:
+            now = time.monotonic()
+            if now >= self._due:
+                self._due = now + self.tick
+                return None
+            if self._timer is None:
+                self._timer = loop.call_later(self._due - now, self._ring)
+            self._waiter = loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        self._due = time.monotonic() + self.tick
+        return self._items.pop(0)
+
+    def _ring(self) -> None:
+        self._timer = None
+        self._wake()
 
 
 async def drive_stream(run_id: str, after: int) -> AsyncIterator[str]:

@@ -17,7 +17,7 @@ from django.test import Client
 
 from agents import runtime, services
 from agents.models import RunEvent
-from dashboard import sse
+from dashboard import hub, sse
 from tests.support import flows
 
 REFUND = "Refund order A1001 for 25.00 USD"
@@ -133,3 +133,153 @@ async def test_it_ends_a_stream_at_a_heartbeat_when_the_end_of_access_went_unann
             await _next(stream)
     finally:
         await stream.aclose()
+
+
+# -- the approval feed: one subscription per process ---------------------------------------
+
+
+def _text(chunk: str | bytes) -> str:
+    return chunk.decode() if isinstance(chunk, bytes) else chunk
+
+
+def _event_id(chunk: str | bytes) -> int:
+    return int(_text(chunk).split("\n")[0].removeprefix("id: "))
+
+
+async def _until_frame(stream: AsyncIterator[str | bytes], timeout: float = 5.0) -> str | bytes:
+    """Return the next event frame, passing over heartbeats."""
+    while True:
+        chunk = await _next(stream, timeout)
+        if _text(chunk) != sse.HEARTBEAT:
+            return chunk
+
+
+def _approval_event_pks() -> list[int]:
+    rows = RunEvent.objects.filter(type__in=sse.APPROVAL_EVENTS).order_by("pk")
+    return list(rows.values_list("pk", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_feeds_every_approval_stream_from_one_subscription_and_one_encoded_frame(alice: User) -> None:
+    token, _ = await in_thread(services.token_create, username="alice")
+    viewer = sse.Viewer(user_id=alice.pk, token_id=token.pk)
+    before = await in_thread(_subscribed)
+    streams = [sse.approval_stream(0, viewer) for _ in range(5)]
+    try:
+        assert await _next(streams[0]) == sse.LIVE
+        with_one = await in_thread(_subscribed)
+        for stream in streams[1:]:
+            assert await _next(stream) == sse.LIVE
+        # Four more streams of the same viewer: not one more channel subscribed.
+        assert await in_thread(_subscribed) == with_one
+        groups = {channel for channel in with_one - before if b"__group__" in channel}
+        names = {f"asgi__group__{name}".encode() for name in ("approvals", *viewer.groups)}
+        assert groups == names
+        assert len(with_one - before - groups) <= 4  # a channel per hub, an anchor
+
+        run = await in_thread(flows.start, REFUND)
+        frames = [await _until_frame(stream) for stream in streams]
+    finally:
+        for stream in streams:
+            await stream.aclose()
+    assert all(chunk is frames[0] for chunk in frames)  # encoded once, written by each
+    assert isinstance(frames[0], bytes)
+    payload = json.loads(_text(frames[0]).split("data: ")[1])
+    assert (payload["event"], payload["run_id"]) == ("approval_required", run.id)
+    assert _event_id(frames[0]) == (await in_thread(_approval_event_pks))[-1]
+    left = await in_thread(_subscribed) - before
+    assert all(b"sse-anchor." in channel for channel in left), left  # the hubs let go
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_sends_an_event_committed_during_the_replay_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = await in_thread(flows.start, REFUND)
+    [after] = await in_thread(_approval_event_pks)
+    read = sse._approval_events_after
+    started: list[str] = []
+
+    def pause_while_replaying(pk: int) -> list[tuple[int, str, int, str, dict[str, Any]]]:
+        if not started:  # the replay: an agent pauses after the stream joined, before the read
+            started.append(flows.start("Refund order A1002 for 15.00 USD").id)
+            sse.events._publisher.flush()  # its push is on the way to the hub as the table is read
+        return read(pk)
+
+    monkeypatch.setattr(sse, "_approval_events_after", pause_while_replaying)
+    stream = sse.approval_stream(0)
+    try:
+        replayed = []
+        while (chunk := await _next(stream)) != sse.LIVE:
+            replayed.append(chunk)
+        later = await in_thread(flows.start, "Refund order A1003 for 35.00 USD")
+        live = await _until_frame(stream)
+        assert await asyncio.wait_for(_next_or_none(stream, 0.5), 1.0) is None  # the duplicate was dropped
+    finally:
+        await stream.aclose()
+    pks = await in_thread(_approval_event_pks)
+    assert [_event_id(chunk) for chunk in [*replayed, live]] == pks  # nothing missed, nothing twice
+    assert after == pks[0]
+    assert [json.loads(_text(c).split("data: ")[1])["run_id"] for c in [*replayed, live]] == [
+        first.id,
+        started[0],
+        later.id,
+    ]
+
+
+async def _next_or_none(stream: AsyncIterator[str | bytes], timeout: float) -> str | bytes | None:
+    """The next event frame within `timeout`, else None (heartbeats are passed over)."""
+    try:
+        return await _until_frame(stream, timeout)
+    except TimeoutError:
+        return None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_ends_the_approval_streams_of_a_revoked_token_and_no_others(alice: User, bob: User) -> None:
+    token, secret = await in_thread(services.token_create, username="alice")
+    other, _ = await in_thread(services.token_create, username="bob")
+    alices = [sse.approval_stream(0, sse.Viewer(user_id=alice.pk, token_id=token.pk)) for _ in range(2)]
+    bobs = sse.approval_stream(0, sse.Viewer(user_id=bob.pk, token_id=other.pk))
+    try:
+        for stream in [*alices, bobs]:
+            assert await _next(stream) == sse.LIVE
+        await in_thread(services.token_revoke, prefix=secret)
+        for stream in alices:
+            assert await _next(stream) == sse.ACCESS_ENDED
+            with pytest.raises(StopAsyncIteration):
+                await _next(stream)
+        run = await in_thread(flows.start, REFUND)
+        assert json.loads(_text(await _until_frame(bobs)).split("data: ")[1])["run_id"] == run.id
+    finally:
+        for stream in [*alices, bobs]:
+            await stream.aclose()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_sends_heartbeats_on_a_quiet_approval_stream(monkeypatch: pytest.MonkeyPatch, alice: User) -> None:
+    monkeypatch.setattr(sse, "HEARTBEAT_SECONDS", 0.2)
+    stream = sse.approval_stream(0, sse.Viewer(user_id=alice.pk))
+    try:
+        assert await _next(stream) == sse.LIVE
+        assert await _next(stream) == sse.HEARTBEAT
+        assert await _next(stream) == sse.HEARTBEAT
+    finally:
+        await stream.aclose()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_streams_approvals_from_the_table_when_the_channel_layer_is_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken() -> None:
+        raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(hub, "get_channel_layer", broken)
+    monkeypatch.setattr(sse, "POLL_SECONDS", 0.05)
+    stream = sse.approval_stream(0)
+    try:
+        assert await _next(stream) == sse.LIVE
+        run = await in_thread(flows.start, REFUND)
+        chunk = await _until_frame(stream)
+    finally:
+        await stream.aclose()
+    assert json.loads(_text(chunk).split("data: ")[1])["run_id"] == run.id
