@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import hashlib
 import logging
 from collections.abc import Callable
@@ -142,6 +143,7 @@ class InboxConsumer(AsyncWebsocketConsumer):
         self.live = False
         await Hub.join(events.APPROVALS_GROUP, self, self.channel_layer)
         await self.accept()
+        self.socket = _daphne_socket(self.base_send)
         self.live = True
 
     async def disconnect(self, code: int) -> None:
@@ -182,7 +184,20 @@ class InboxConsumer(AsyncWebsocketConsumer):
         else:
             html = await self._card(push, replace=message["event"] == RunEvent.Type.APPROVAL_VOTED)
         if html is not None:
-            await self.send(text_data=push.frame(html, await self._count(push)))
+            await self._send_frame(push, push.frame(html, await self._count(push)))
+
+    async def _send_frame(self, push: _InboxPush, frame: str) -> None:
+        """Send a frame; under daphne, the same websocket frame, encoded once, to every socket."""
+        if self.socket is None:
+            await self.send(text_data=frame)
+            return
+        protocol, server = self.socket
+        if protocol.state != protocol.STATE_OPEN or server.connections.get(protocol, {}).get("disconnected"):
+            return  # closing: daphne would drop it too
+        if protocol._perMessageCompress is not None:  # compressed per socket: no frame to share
+            await self.send(text_data=frame)
+            return
+        protocol.sendPreparedMessage(push.prepared(frame, protocol.factory))
 
     def lost(self) -> None:
         """The process lost the channel layer: close, so the browser reconnects (and re-fetches)."""
@@ -264,6 +279,10 @@ class _InboxPush:
             {"count": count, "oob": True},
         )
 
+    def prepared(self, frame: str, factory: Any) -> Any:
+        """The websocket frame of `frame` (an autobahn PreparedMessage), built once for every socket."""
+        return self.event.memo(("inbox-prepared", id(frame)), factory.prepareMessage, frame.encode())
+
     def frame(self, html: str, count: int) -> str:
         """The whole frame a socket sends: its variant's partial and the count, joined once."""
         return self.event.memo(("inbox-frame", id(html), count), lambda: html + self.count_html(count))
@@ -312,6 +331,22 @@ def _pending_counts(for_me: bool, agent: str, tool: str, search: str) -> tuple[i
         return approvals.count(), []
     restricted = list(approvals.exclude(eligibility.OPEN_TO_ALL).select_related("run"))
     return approvals.filter(eligibility.OPEN_TO_ALL).count(), restricted
+
+
+def _daphne_socket(send: Any) -> tuple[Any, Any] | None:
+    """Return the daphne websocket protocol (and server) an ASGI send writes to; None under anything else.
+
+    daphne's send is `partial(server.handle_reply, protocol)`, which Channels' session
+    middleware wraps. Writing a frame built once straight to each protocol skips, per socket,
+    the ASGI message, the UTF-8 encoding and the framing of the same text.
+    """
+    inner = getattr(getattr(send, "__self__", None), "real_send", send)
+    if not (isinstance(inner, functools.partial) and inner.args and hasattr(inner.args[0], "sendPreparedMessage")):
+        return None
+    server = getattr(inner.func, "__self__", None)
+    if not isinstance(getattr(server, "connections", None), dict):
+        return None
+    return inner.args[0], server
 
 
 class RunConsumer(_GroupConsumer):

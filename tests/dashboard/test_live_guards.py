@@ -6,7 +6,9 @@ body is sent; the server's memory and threads are read from /proc.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from django.test import Client
 
 from agents import services
 from tests.conftest import child_env, wait_for
+from tests.support import flows
 from tests.support.processes import Daphne
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -252,3 +255,77 @@ def test_it_ends_a_sessions_stream_at_logout(daphne: Daphne, alice: User) -> Non
             data += sock.recv(65536)
         client.logout()
         assert _ends_with_access_ended(sock)
+
+
+# -- many watchers: one frame, written to every socket ------------------------------------
+
+
+def _open_inbox(server: Daphne, cookie: str) -> socket.socket:
+    """Open /ws/inbox/ over a raw socket with the site's own Origin; return it once upgraded."""
+    sock = _connect(server)
+    host = urlsplit(server.url).netloc
+    headers = {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(),
+        "Sec-WebSocket-Version": "13",
+        "Origin": server.url,
+        "Cookie": cookie,
+    }
+    lines = ["GET /ws/inbox/ HTTP/1.1", f"Host: {host}", *(f"{k}: {v}" for k, v in headers.items())]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before the upgrade: {data!r}"
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 101"), data
+    assert data.endswith(b"\r\n\r\n"), "nothing is pushed before a pause"
+    return sock
+
+
+def _text_frame(sock: socket.socket) -> bytes:
+    """Read one whole websocket frame the server sent; return its payload (it must be unmasked text)."""
+    data = b""
+    while len(data) < 2 or len(data) < _frame_size(data):
+        chunk = sock.recv(65536)
+        assert chunk, "closed"
+        data += chunk
+    assert data[0] == 0x81, f"not one final text frame: {data[:2]!r}"  # FIN + text, no fragments
+    assert not data[1] & 0x80, "a server frame must not be masked"
+    assert len(data) == _frame_size(data), "one frame: the card and the count together"
+    return data[_header(data) : _frame_size(data)]
+
+
+def _header(data: bytes) -> int:
+    return {126: 4, 127: 10}.get(data[1] & 0x7F, 2)
+
+
+def _frame_size(data: bytes) -> int:
+    length = data[1] & 0x7F
+    if length == 126:
+        length = int.from_bytes(data[2:4]) if len(data) >= 4 else 1 << 30
+    elif length == 127:
+        length = int.from_bytes(data[2:10]) if len(data) >= 10 else 1 << 30
+    return _header(data) + length
+
+
+def test_it_writes_each_new_card_to_every_open_inbox_over_daphne(daphne: Daphne, alice: User, bob: User) -> None:
+    cookies = []
+    for user in (alice, alice, bob):
+        client = Client()
+        client.force_login(user)
+        cookies.append(f"sessionid={client.cookies['sessionid'].value}")
+    sockets = [_open_inbox(daphne, cookie) for cookie in cookies]
+    try:
+        run = flows.start("Refund order A1001 for 25.00 USD")
+        [approval] = flows.pending(run)
+        payloads = [_text_frame(sock) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+    for payload in payloads:
+        html = payload.decode()  # valid UTF-8, as a text frame must be
+        assert f'id="card-{approval.id}"' in html
+        assert 'data-count="1"' in html
+    assert payloads[0] == payloads[1]  # one reviewer's two inboxes: the same frame
