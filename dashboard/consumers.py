@@ -172,6 +172,18 @@ class InboxConsumer(AsyncWebsocketConsumer):
         ):
             await self.close(code=FORBIDDEN)
 
+    @classmethod
+    async def prepare(cls, event: Shared) -> None:
+        """Read the approval (or render its removal) before any inbox asks."""
+        message = event.message
+        if message.get("type") != "run.event" or message.get("event") not in _INBOX_EVENTS:
+            return
+        push = _InboxPush.of(event)
+        if message["event"] == RunEvent.Type.APPROVAL_DECIDED:
+            await push.once(("decided",), _decided_html, push.approval_id)
+        else:
+            await push.once(("approval",), _described_approval, push.approval_id)
+
     async def deliver(self, event: Shared) -> None:
         """Send what this inbox shows of an approval event (the hub calls it for every open inbox)."""
         message = event.message

@@ -29,6 +29,10 @@ BATCH = 100  # members served between two yields to the event loop
 
 
 class Member(Protocol):
+    @classmethod
+    async def prepare(cls, event: Shared) -> None:
+        """Work out, once per event and kind of member, the parts every member will want."""
+
     async def deliver(self, event: Shared) -> None:
         """Take one message of the group (a member must not block: the others wait)."""
 
@@ -139,7 +143,15 @@ class Hub:
                 self._drop()
                 return
             event = Shared(message)
-            for index, member in enumerate(list(self.members)):
+            members = list(self.members)
+            # Before any member is served: each then finds the parts done and only sends,
+            # rather than all of them waiting on one read and waking together.
+            for kind in dict.fromkeys(type(member) for member in members):
+                try:
+                    await kind.prepare(event)
+                except Exception:  # a member works it out itself (and logs why it cannot)
+                    logger.warning("could not prepare %s for live connections", message.get("type"), exc_info=True)
+            for index, member in enumerate(members):
                 if index and not index % BATCH:
                     await asyncio.sleep(0)  # let what was sent so far go out
                 if member not in self.members:

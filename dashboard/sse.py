@@ -430,16 +430,22 @@ class ApprovalFeed:
             return []
         return [self._frame(pk, message["run_id"], message["seq"], message["event"], message["data"])]
 
-    async def shared(self, event: Shared) -> list[bytes]:
-        """The frame of a hub's event, unless it is no approval event or was sent already (replayed)."""
+    @staticmethod
+    async def prepare(event: Shared) -> tuple[int, bytes] | None:
+        """Return a hub's event as (pk, encoded frame), read and encoded once; None: not an approval event."""
         message = event.message
         if message.get("event") not in APPROVAL_EVENTS or message.get("seq") is None:
-            return []
+            return None
         pk = await event.once(("sse-pk",), _closing(_event_pk), message["run_id"], message["seq"])
-        if pk is None or pk in self._sent:
+        return None if pk is None else (pk, event.memo(("sse-frame",), _encoded_frame, pk, message))
+
+    async def shared(self, event: Shared) -> list[bytes]:
+        """The frame of a hub's event, unless it is no approval event or was sent already (replayed)."""
+        found = await self.prepare(event)
+        if found is None or found[0] in self._sent:
             return []
-        self._note(pk)
-        return [event.memo(("sse-frame",), _encoded_frame, pk, message)]
+        self._note(found[0])
+        return [found[1]]
 
     def _frame(self, pk: int, run_id: str, seq: int, event: str, data: dict[str, Any]) -> str:
         self._note(pk)
@@ -616,6 +622,10 @@ class _Watch:
             except Exception:  # the stream is over either way
                 logger.debug("could not leave %s", group, exc_info=True)
         self.joined = []
+
+    @classmethod
+    async def prepare(cls, event: Shared) -> None:
+        await ApprovalFeed.prepare(event)
 
     async def deliver(self, event: Shared) -> None:
         self._items.append(event)
