@@ -15,13 +15,19 @@ the site's own Origin, on one asyncio loop, then pauses --pauses runs one at a t
 
 Both ends raise their open-file limit to the hard limit first (one descriptor a connection).
 The client shares the machine's CPUs with the server and the worker: its own CPU time is
-printed too, since on a small machine it is part of the delay measured.
+printed too, since on a small machine it is part of the delay measured. So by default
+(--client raw) each connection is a bare asyncio protocol that notes the time its bytes
+arrive and searches them for approval ids, answering the server's pings; --client library
+reads through the websockets and httpx clients instead (a frame parsed into a message, an
+SSE stream into lines, and an httpx client per stream), which costs this process several
+times the CPU per frame.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import math
 import os
@@ -42,6 +48,8 @@ CALL_ID = "call_1_1"  # the demo model's first call: the bench agent's send_emai
 WS_CARD = re.compile(r'data-approval="([^"]+)"')
 TRIES = 3  # a refused or timed-out handshake is tried again, twice
 SSE_CARD = re.compile(r'"event":"approval_required","data":\{[^\n]*?"approval_id":"([^"]+)"')
+WS_CARD_BYTES = re.compile(WS_CARD.pattern.encode())
+SSE_CARD_BYTES = re.compile(SSE_CARD.pattern.encode())
 
 
 @dataclass
@@ -74,6 +82,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--transport", choices=("ws", "sse"), default="ws", help="websocket inbox or SSE /api/events")
     parser.add_argument("--concurrency", type=int, default=50, help="handshakes in flight at once (default 50)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds after a pause a frame counts as missed")
+    parser.add_argument(
+        "--client",
+        choices=("raw", "library"),
+        default="raw",
+        help="raw: read each connection's bytes as they arrive and search them (the default: the client's "
+        "own CPU per frame stays small); library: the websockets and httpx clients, parsing every frame",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     if args.connections < 1 or args.per_user < 1 or args.pauses < 1 or args.concurrency < 1:
@@ -182,8 +197,9 @@ def _reviewers(count: int, *, sse: bool) -> list[str]:
 class Watchers:
     """N open connections; notes when each read the frame of each approval."""
 
-    def __init__(self, url: str, credentials: list[str], *, transport: str, count: int) -> None:
+    def __init__(self, url: str, credentials: list[str], *, transport: str, count: int, client: str = "raw") -> None:
         self.url, self.credentials, self.transport, self.count = url, credentials, transport, count
+        self.client = client
         self.seen: dict[str, dict[int, float]] = {}
         self.open = 0
         self.retries = 0
@@ -215,7 +231,7 @@ class Watchers:
             try:
                 async with gate:
                     started = time.perf_counter()
-                    opened = await (self._ws(credential) if self.transport == "ws" else self._sse(credential))
+                    opened = await self._open(credential)
                     self.handshake_ms.append((time.perf_counter() - started) * 1000)
                 break
             except Exception as exc:  # noqa: BLE001 — counted and reported, the bench goes on
@@ -233,6 +249,51 @@ class Watchers:
             raise
         except Exception as exc:  # noqa: BLE001
             self.refused.append(f"closed: {type(exc).__name__}: {exc}")
+
+    def _open(self, credential: str) -> Any:
+        if self.client == "raw":
+            return self._raw(credential)
+        return self._ws(credential) if self.transport == "ws" else self._sse(credential)
+
+    async def _raw(self, credential: str) -> Any:
+        """Open one connection over a bare asyncio protocol; return the coroutine that reads it until closed."""
+        from django.conf import settings
+
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        if self.transport == "ws":
+            key = base64.b64encode(os.urandom(16)).decode()
+            head = {
+                "Upgrade": "websocket",
+                "Connection": "Upgrade",
+                "Sec-WebSocket-Key": key,
+                "Sec-WebSocket-Version": "13",
+                "Origin": self.url,
+                "Cookie": f"{settings.SESSION_COOKIE_NAME}={credential}",
+            }
+            path, ready = "/ws/inbox/", b"HTTP/1.1 101"
+        else:
+            head = {"Accept": "text/event-stream", "Authorization": f"Bearer {credential}"}
+            path, ready = "/api/events", b": live"
+        request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items())
+        loop = asyncio.get_running_loop()
+        transport, reader = await loop.create_connection(
+            lambda: _RawReader(self, self.transport, ready), host, int(port)
+        )
+        transport.write((request + "\r\n").encode())
+        try:
+            await asyncio.wait_for(asyncio.shield(reader.opened), 60)
+        except BaseException:
+            transport.close()
+            raise
+
+        async def read(index: int) -> None:
+            reader.index = index
+            try:
+                await reader.closed
+            finally:
+                transport.close()
+
+        return read
 
     async def _ws(self, session_key: str) -> Any:
         import websockets
@@ -285,13 +346,105 @@ class Watchers:
         return read
 
 
+class _RawReader(asyncio.Protocol):
+    """One connection's bytes, searched for approval ids the moment they arrive.
+
+    A websocket's frames are split by their headers only (the server sends them unmasked and
+    whole), its pings answered; an SSE stream's chunks are searched as they come, keeping
+    what follows the last complete frame for the next read.
+    """
+
+    def __init__(self, watchers: Watchers, transport: str, ready: bytes) -> None:
+        self.watchers, self.kind, self.ready = watchers, transport, ready
+        self.index = -1
+        self.buffer = bytearray()
+        self.head_done = False
+        loop = asyncio.get_running_loop()
+        self.opened: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for future in (self.opened, self.closed):
+            if not future.done():
+                future.set_exception(ConnectionError(f"closed: {exc or 'by the server'}"))
+
+    def data_received(self, data: bytes) -> None:
+        now = time.time()
+        self.buffer += data
+        if not self.head_done and not self._head():
+            return
+        found = self._frames() if self.kind == "ws" else self._events()
+        if found and self.index >= 0:
+            seen = self.watchers.seen
+            for approval_id in found:
+                seen.setdefault(approval_id.decode(), {}).setdefault(self.index, now)
+
+    def _head(self) -> bool:
+        """Wait for the response head (and, on SSE, `: live`); refuse anything but a success."""
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return False
+        status = bytes(self.buffer[: self.buffer.find(b"\r\n")])
+        if not status.startswith(b"HTTP/1.1 101" if self.kind == "ws" else b"HTTP/1.1 200"):
+            self.opened.set_exception(RuntimeError(f"{status.decode('latin1')} {bytes(self.buffer[end:end + 200])!r}"))
+            self.transport.close()  # type: ignore[union-attr]
+            return False
+        cut = end + 4
+        if self.kind == "sse":
+            live = self.buffer.find(b": live\n\n", end)
+            if live < 0:
+                return False
+            cut = live + len(b": live\n\n")
+        self.head_done = True
+        del self.buffer[:cut]
+        self.opened.set_result(None)
+        return True
+
+    def _frames(self) -> list[bytes]:
+        found: list[bytes] = []
+        buffer = self.buffer
+        while len(buffer) >= 2:
+            opcode, length, start = buffer[0] & 0x0F, buffer[1] & 0x7F, 2
+            if length == 126:
+                length, start = int.from_bytes(buffer[2:4]), 4
+            elif length == 127:
+                length, start = int.from_bytes(buffer[2:10]), 10
+            if len(buffer) < start + length:
+                break
+            if opcode in (0x0, 0x1):
+                found += WS_CARD_BYTES.findall(buffer, start, start + length)
+            elif opcode == 0x9:  # a ping: answer it, masked as a client must
+                self._send(0xA, bytes(buffer[start : start + length]))
+            elif opcode == 0x8:
+                self.transport.close()  # type: ignore[union-attr]
+            del buffer[: start + length]
+        return found
+
+    def _events(self) -> list[bytes]:
+        end = self.buffer.rfind(b"\n\n")
+        if end < 0:
+            return []
+        found = SSE_CARD_BYTES.findall(self.buffer, 0, end)
+        del self.buffer[: end + 2]
+        return found
+
+    def _send(self, opcode: int, payload: bytes) -> None:
+        mask = os.urandom(4)
+        masked = bytes(byte ^ mask[offset % 4] for offset, byte in enumerate(payload))
+        self.transport.write(bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + masked)  # type: ignore[union-attr]
+
+
 async def _measure(args: argparse.Namespace, server: Daphne, credentials: list[str]) -> Results:
     import psutil
 
     results = Results(transport=args.transport, users=len(credentials), pauses=args.pauses)
     web = psutil.Process(server.process.pid)  # type: ignore[union-attr]
     me = psutil.Process()
-    watchers = Watchers(server.url, credentials, transport=args.transport, count=args.connections)
+    watchers = Watchers(server.url, credentials, transport=args.transport, count=args.connections, client=args.client)
     await _pause_one(args, watchers, warmup=True)  # the first push pays for imports and templates
     results.rss_before = web.memory_info().rss
     _progress(f"opening {args.connections} {args.transport} connections as {len(credentials)} reviewers")
@@ -370,6 +523,7 @@ def _summary(results: Results, target: setup.Target, args: argparse.Namespace) -
     per_connection = (results.rss_after - results.rss_before) / max(1, results.connections)
     return {
         "transport": results.transport,
+        "client": args.client,
         "database": target.engine,
         "connections": results.connections,
         "refused": results.refused,
@@ -413,8 +567,8 @@ def _report(results: Results, target: setup.Target, args: argparse.Namespace) ->
             f"missed {s['missed']} (> {args.timeout:g} s)",
             f"  ms             p50 {s['delay_ms_p50']}  p95 {s['delay_ms_p95']}  max {s['delay_ms_max']}  "
             f"mean {s['delay_ms_mean']}",
-            f"cpu              client {s['client_cpu_seconds']} s, daphne {s['server_cpu_seconds']} s "
-            "while pausing (both on the same CPUs)",
+            f"cpu              client ({s['client']}) {s['client_cpu_seconds']} s, daphne "
+            f"{s['server_cpu_seconds']} s while pausing (both on the same CPUs)",
         ]
     )
 
