@@ -190,13 +190,20 @@ class InboxConsumer(AsyncWebsocketConsumer):
         if not self.live or message.get("type") != "run.event" or message.get("event") not in _INBOX_EVENTS:
             return
         push = _InboxPush.of(event)
+        # What a socket shows depends on its user and filters only: the same user's other
+        # inboxes with the same filters take the frame worked out for the first.
+        view = ("inbox-view", self.scope["user"].pk, self.may_decide_any, self.count_key, self.inserts, self.insert_at)
+        frame = await event.once_async(view, lambda: self._frame(push, message))
+        if frame is not None:
+            await self._send_frame(push, frame)
+
+    async def _frame(self, push: _InboxPush, message: dict[str, Any]) -> str | None:
         html: str | None
         if message["event"] == RunEvent.Type.APPROVAL_DECIDED:
             html = await push.once(("decided",), _decided_html, push.approval_id)
         else:
             html = await self._card(push, replace=message["event"] == RunEvent.Type.APPROVAL_VOTED)
-        if html is not None:
-            await self._send_frame(push, push.frame(html, await self._count(push)))
+        return None if html is None else push.frame(html, await self._count(push))
 
     async def _send_frame(self, push: _InboxPush, frame: str) -> None:
         """Send a frame; under daphne, the same websocket frame, encoded once, to every socket."""

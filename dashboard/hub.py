@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from channels.db import database_sync_to_async
@@ -53,9 +53,13 @@ class Shared:
         self._parts: dict[tuple[Any, ...], Any] = {}
 
     async def once(self, key: tuple[Any, ...], func: Callable[..., T], *args: Any) -> T:
+        return await self.once_async(key, lambda: database_sync_to_async(func)(*args))
+
+    async def once_async(self, key: tuple[Any, ...], make: Callable[[], Awaitable[T]]) -> T:
+        """`once` for a coroutine: the first member to ask runs it, as a task, for all."""
         part = self._parts.get(key)
         if part is None:
-            part = self._parts[key] = asyncio.ensure_future(database_sync_to_async(func)(*args))
+            part = self._parts[key] = asyncio.ensure_future(make())
         elif part.done():  # the usual case: another member asked first
             return part.result()
         # Shielded: a member closing while it waits must not cancel the part for the others.
