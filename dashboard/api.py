@@ -13,17 +13,13 @@ from __future__ import annotations
 import logging
 import typing
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import close_old_connections
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
-from django.urls import URLPattern, URLResolver
 from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -56,10 +52,6 @@ _View = TypeVar("_View", bound=Callable[..., Any])
 MAX_PAGE = 200
 MAX_OFFSET = 1_000_000_000
 DECIDE = "approval_decide"  # the url name whose refusals the handlers audit
-# Endpoints served on a pool of threads (`pooled`), not on the one thread Django gives every
-# sync view under ASGI: deciding is the hot write, and its requests must not queue behind
-# each other (nor behind any other sync view) while one waits on the database.
-POOLED = frozenset({DECIDE})
 
 DESCRIPTION = """
 Drive agentfast over HTTP. Authenticate with `Authorization: Bearer <token>`
@@ -95,13 +87,6 @@ class _Api(NinjaAPI):
     def get_operation_id(self, operation: Operation) -> str:
         return operation.view_func.__name__  # "approval_decide", not "dashboard_api_approval_decide"
 
-    def _get_urls(self) -> list[URLResolver | URLPattern]:
-        urls = super()._get_urls()
-        for url in urls:
-            if isinstance(url, URLPattern) and url.name in POOLED:
-                url.callback = pooled(url.callback)
-        return urls
-
 
 api = _Api(
     title="agentfast",
@@ -116,35 +101,6 @@ api.add_router("/", "dashboard.api_gateway.router")  # the external-agent gate: 
 _AUTH_ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut}
 _READ_ERRORS: dict[int, Any] = {**_AUTH_ERRORS, 400: ErrorOut, 404: ErrorOut}
 _WRITE_ERRORS: dict[int, Any] = {**_READ_ERRORS, 413: ErrorOut, 422: ErrorOut}
-
-
-def pooled(view: Callable[..., HttpResponseBase]) -> Callable[..., Any]:
-    """Serve a sync view on the decide pool's threads: concurrent requests run side by side.
-
-    The whole of the view runs there (authentication, CSRF, parsing, the handlers of its
-    refusals), in plain sync code with that thread's own database connection, which is given
-    back (to the pool, or closed past its age) once the answer is built, as Django does for
-    the requests it serves itself. AGENTFAST_DECIDE_THREADS=0 leaves the view to Django (the
-    test client: its requests must share the test's open transaction).
-    """
-    threads = settings.AGENTFAST_DECIDE_THREADS
-    if threads <= 0:
-        return view
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="decide")
-
-    def run(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        try:
-            return view(request, *args, **kwargs)
-        finally:
-            close_old_connections()
-
-    in_pool = sync_to_async(run, thread_sensitive=False, executor=pool)
-
-    async def view_in_pool(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        return await in_pool(request, *args, **kwargs)
-
-    view_in_pool.csrf_exempt = True  # type: ignore[attr-defined]  # as ninja's own views: SessionAuth checks CSRF
-    return view_in_pool
 
 
 def _streams(description: str) -> dict[str, Any]:

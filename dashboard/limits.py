@@ -160,7 +160,8 @@ class _Capped:
         return message
 
 
-def _wants_stream(scope: Scope) -> bool:
+def scope_wants_stream(scope: Scope) -> bool:
+    """Return whether the request asks for server-sent events (`Accept: text/event-stream`)."""
     return any(name.lower() == b"accept" and b"text/event-stream" in value for name, value in scope.get("headers", []))
 
 
@@ -171,7 +172,7 @@ class SharedStreamThread:
         self.application = application
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not _wants_stream(scope):
+        if scope["type"] != "http" or not scope_wants_stream(scope):
             return await self.application(scope, receive, send)
         # Django's own (inner) ThreadSensitiveContext reuses this one.
         async with ThreadSensitiveContext(executor=_STREAM_EXECUTOR):

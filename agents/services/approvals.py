@@ -228,8 +228,10 @@ def _after_decision(approval: Approval, attempt: Attempt, auto_resume: bool | No
     ToolCall.objects.filter(pk=approval.tool_call_id, status=ToolCall.Status.AWAITING_APPROVAL).update(
         status=approval.status
     )
+    resume = _announce_and_unblock(approval, auto_resume)
+    # Last: the audit chain's lock is one for the whole database, held until the commit.
     _audit(approval, attempt, action=approval.status, outcome=AuditEntry.Outcome.DECIDED, detail=_detail(approval))
-    return _announce_and_unblock(approval, auto_resume)
+    return resume
 
 
 def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
