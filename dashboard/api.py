@@ -179,7 +179,7 @@ def run_create(request: HttpRequest, body: RunCreateIn) -> Status[schemas.RunDet
         created_by=request.user.get_username(),
         started_from="api",
     )
-    return Status(201, schemas.RunDetail.of(run))
+    return Status(201, schemas.RunDetail.of_created(run))
 
 
 @api.get("/runs", response={200: list[schemas.RunSummary], **_READ_ERRORS}, tags=["runs"])
