@@ -39,7 +39,7 @@ class ThreadedSyncViews(ASGIHandler):
         self._sync.load_middleware(is_async=False)
 
     async def handle(self, scope: Scope, receive: Any, send: Any) -> None:
-        if self._pool is None or scope_wants_stream(scope) or not _is_sync_view(scope["path"]):
+        if self._pool is None or scope_wants_stream(scope) or not _is_sync_view(_path_info(scope)):
             await super().handle(scope, receive, send)
             return
         try:
@@ -70,6 +70,12 @@ class ThreadedSyncViews(ASGIHandler):
         else:
             response.close()  # sends request_finished here, on the thread that holds the connection
         return response
+
+
+def _path_info(scope: Scope) -> str:
+    """Return the path the URLconf sees: the request's path less the prefix it is mounted under."""
+    path, root = scope["path"], scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 def _is_sync_view(path: str) -> bool:

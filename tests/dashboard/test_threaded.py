@@ -98,3 +98,23 @@ async def test_it_serves_every_view_djangos_way_with_no_threads(threads_seen: li
     status, _ = await _get(ThreadedSyncViews(threads=0), "/healthz", [])
     assert status == 200
     assert threads_seen and not any(name.startswith("web") for _, name in threads_seen), threads_seen
+
+
+def _session_cookie(username: str) -> list[tuple[bytes, bytes]]:
+    from django.conf import settings
+    from django.test import Client
+
+    user, _ = services.user_create(username=username, role="admin")
+    client = Client()
+    client.force_login(user)
+    return [(b"cookie", f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode())]
+
+
+async def test_it_sends_a_sync_views_streamed_answer_from_the_event_loop(threads_seen: list[tuple[str, str]]) -> None:
+    from asgiref.sync import sync_to_async
+
+    headers = await sync_to_async(_session_cookie)("fred")
+    status, body = await _get(ThreadedSyncViews(threads=1), "/audit.csv", headers)
+    assert status == 200, body[:300]
+    assert body.decode().splitlines()[0].startswith("created_at,actor,")  # the header row, then the rows
+    assert threads_seen[0][1].startswith("web"), threads_seen  # the view ran on the pool; its rows were streamed
