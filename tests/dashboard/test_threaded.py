@@ -13,6 +13,7 @@ from django.core import signals
 
 from agents import services
 from dashboard.threaded import ThreadedSyncViews
+from tests.support.asgi import http_scope
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the pool's threads have connections of their own
 
@@ -38,19 +39,7 @@ def threads_seen() -> Iterator[list[tuple[str, str]]]:
 
 
 async def _get(app: ThreadedSyncViews, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "headers": [(b"host", b"testserver"), *headers],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
+    scope = http_scope(path, headers)
     communicator = ApplicationCommunicator(app, scope)
     await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
     start = await communicator.receive_output(timeout=10)
