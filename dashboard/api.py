@@ -171,8 +171,8 @@ class Page(LimitOffsetPagination):
 
     class Output(Schema):
         count: int = Field(
-            description=f"How many match, on all pages; counted up to {COUNT_CAP} past `offset` "
-            "(or `limit`, if larger): when `count_capped`, at least this many"
+            description=f"How many match, on all pages, counted up to {COUNT_CAP} past `offset`: "
+            "when `count_capped`, at least this many"
         )
         count_capped: bool = Field(description="`count` stopped at its cap: more match than it says")
         has_more: bool = Field(description="Rows follow this page: ask again with `offset` + `limit`")
@@ -189,7 +189,7 @@ class Page(LimitOffsetPagination):
     ) -> dict[str, Any]:
         """Return one page of the rows, each as its shape, and how many there are up to the cap."""
         offset, limit = pagination.offset, pagination.limit
-        reach = offset + max(limit, COUNT_CAP)
+        reach = offset + max(limit, COUNT_CAP)  # past the page, so has_more is exact
         counted = selectors.count_up_to(queryset, reach + 1)
         rows = queryset[offset : offset + limit] if counted > offset else []
         return {
