@@ -51,6 +51,7 @@ _View = TypeVar("_View", bound=Callable[..., Any])
 
 MAX_PAGE = 200
 MAX_OFFSET = 1_000_000_000
+COUNT_CAP = 500  # the lists count their rows this far past the offset, no further
 DECIDE = "approval_decide"  # the url name whose refusals the handlers audit
 
 DESCRIPTION = """
@@ -115,12 +116,22 @@ class PageQuery(LimitOffsetPagination.Input):
 
 
 class Page(LimitOffsetPagination):
-    """Today's page shape, `{"count", "limit", "offset", "items"}`, of the rows' `shape`."""
+    """The page shape, `{"count", "count_capped", "has_more", "limit", "offset", "items"}`, of the rows' `shape`.
+
+    The rows are counted no further than COUNT_CAP past the offset (as the inbox says
+    "500+"): an exact COUNT(*) of 100,000 pending approvals, filtered through a join,
+    cost more than the page itself, on every call.
+    """
 
     Input = PageQuery
 
     class Output(Schema):
-        count: int = Field(description="How many match, on all pages")
+        count: int = Field(
+            description=f"How many match, on all pages, counted up to {COUNT_CAP} past `offset`: "
+            "when `count_capped`, at least this many"
+        )
+        count_capped: bool = Field(description="`count` stopped at its cap: more match than it says")
+        has_more: bool = Field(description="Rows follow this page: ask again with `offset` + `limit`")
         limit: int
         offset: int
         items: list[Any]
@@ -132,12 +143,17 @@ class Page(LimitOffsetPagination):
     def paginate_queryset(
         self, queryset: QuerySet[Any], pagination: LimitOffsetPagination.Input, request: HttpRequest, **params: Any
     ) -> dict[str, Any]:
-        """Return one page of the rows, each as its shape."""
-        rows = queryset[pagination.offset : pagination.offset + pagination.limit]
+        """Return one page of the rows, each as its shape, and how many there are up to the cap."""
+        offset, limit = pagination.offset, pagination.limit
+        reach = offset + max(limit, COUNT_CAP)  # past the page, so has_more is exact
+        counted = selectors.count_up_to(queryset, reach + 1)
+        rows = queryset[offset : offset + limit] if counted > offset else []
         return {
-            "count": queryset.count(),
-            "limit": pagination.limit,
-            "offset": pagination.offset,
+            "count": min(counted, reach),
+            "count_capped": counted > reach,
+            "has_more": counted > offset + limit,
+            "limit": limit,
+            "offset": offset,
             "items": [self.shape.of(row) for row in rows],
         }
 
