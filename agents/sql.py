@@ -2,7 +2,7 @@
 
 Raw SQL lives here alone, and only where the ORM cannot say it in one statement: the
 driver's hot path (lease, write, suspend) is one `UPDATE … RETURNING` each instead of an
-update and a read, and the execution claim is fenced by the run's state in the same statement. Every statement runs
+update and a read, and the execution claim is fenced by the run's state, under its lock, in the same statement. Every statement runs
 on SQLite (3.35+, RETURNING) and PostgreSQL; tests/agents/test_sql.py runs them on both.
 """
 
@@ -126,13 +126,17 @@ def run_suspend(*, run_id: str, owner: str, now: datetime) -> bool:
 def toolcall_claim(*, tool_call_pk: int, now: datetime) -> bool:
     """Claim a call's execution unless it was claimed, has a result, or its run was cancelled.
 
-    The run's state is read in the claim's own statement: a cancel that committed first
-    always stops the claim (run_cancel also gives unclaimed calls their outcome).
+    The run's state is read, under its row lock, in the claim's own statement: on
+    PostgreSQL the sub-select's FOR UPDATE waits for a cancel (or decision) under way, as
+    run_cancel's lock does, and then reads the run as that transaction left it; a cancel
+    that comes second waits for this statement and sees the claim. SQLite serializes its
+    writers, so there the statement alone is enough. One statement, no transaction of its own.
     """
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     sql = f"""
         UPDATE {_TOOLCALL} SET executed_at = %s, status = %s
         WHERE id = %s AND executed_at IS NULL AND result IS NULL
-          AND NOT EXISTS (SELECT 1 FROM {_RUN} WHERE {_RUN}.id = {_TOOLCALL}.run_id AND {_RUN}.status = %s)"""
+          AND EXISTS (SELECT 1 FROM {_RUN} WHERE {_RUN}.id = {_TOOLCALL}.run_id AND {_RUN}.status <> %s{lock})"""
     with connection.cursor() as cursor:
         cursor.execute(sql, [db_time(now), ToolCall.Status.RUNNING, tool_call_pk, Run.Status.CANCELLED])
         return bool(cursor.rowcount)
