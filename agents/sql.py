@@ -2,8 +2,9 @@
 
 Raw SQL lives here alone, and only where the ORM cannot say it in one statement: the
 driver's hot path (lease, write, suspend) is one `UPDATE … RETURNING` each instead of an
-update and a read, and the execution claim is fenced by the run's state, under its lock, in the same statement. Every statement runs
-on SQLite (3.35+, RETURNING) and PostgreSQL; tests/agents/test_sql.py runs them on both.
+update and a read, and the execution claim is fenced by the run's state, read under the
+run's row lock, in the same statement. Every statement runs on SQLite (3.35+, RETURNING)
+and PostgreSQL; tests/agents/test_sql.py runs them on both.
 """
 
 from __future__ import annotations
