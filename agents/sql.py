@@ -39,12 +39,12 @@ def _one(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
 
 
 def run_lease(*, run_id: str, owner: str, now: datetime, expires_at: datetime) -> tuple[Any, ...] | None:
-    """Take a free lease of a run with work to do; return (agent, steps, input, auto_resume, own agent, creator)."""
+    """Take a free lease of a run with work to do; return (agent, steps, input, auto_resume, own agent, creator, kind)."""
     sql = f"""
         UPDATE {_RUN} SET status = %s, lease_owner = %s, lease_expires_at = %s, updated_at = %s
         WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
           AND (status IN (%s, %s) OR (status = %s AND NOT EXISTS ({_PENDING_SUSPEND})))
-        RETURNING agent, steps, input, auto_resume, agent_config IS NOT NULL, created_by"""
+        RETURNING agent, steps, input, auto_resume, agent_config IS NOT NULL, created_by, kind"""
     params = [
         Run.Status.RUNNING,
         owner,
@@ -60,10 +60,10 @@ def run_lease(*, run_id: str, owner: str, now: datetime, expires_at: datetime) -
     row = _one(sql, params)
     if row is None:
         return None
-    agent, steps, prompt, auto_resume, has_own_agent, created_by = row
+    agent, steps, prompt, auto_resume, has_own_agent, created_by, kind = row
     # SQLite answers 0 and 1; and in RETURNING (3.40) may say a NULL JSON column IS NOT NULL,
     # which only costs the caller a read that finds no agent definition.
-    return agent, steps, prompt, bool(auto_resume), bool(has_own_agent), created_by
+    return agent, steps, prompt, bool(auto_resume), bool(has_own_agent), created_by, kind
 
 
 def run_write(

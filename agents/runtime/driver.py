@@ -204,7 +204,7 @@ class _Driver:
                 return Run.Status.SUSPENDED
 
     def _load(self) -> None:
-        if self.steps == 0 and not self.messages:
+        if self.steps == 0 and not self.messages and self.run.kind == Run.Kind.INTERNAL:
             # A run before its first tool turn holds only the prompt run_create stored (a final
             # answer would have ended it), and run_lease returned that prompt: save both queries.
             self.messages = [Message(run_id=self.run.id, seq=1, role=Message.Role.USER, content=self.run.input)]
