@@ -161,8 +161,11 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
         )
     key = {"voter": _fit(ask.attempt.decider, Vote, "voter"), "arguments_digest": approval.digest}
     # The approval's row lock serializes its votes: a plain check then insert cannot race here
-    # (the unique constraint would still refuse a double).
-    repeated = Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists()
+    # (the unique constraint would still refuse a double). With a quorum of 1 (fixed when the
+    # approval opened) any earlier vote decided it, so a pending one has none to repeat.
+    repeated = (
+        approval.quorum > 1 and Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists()
+    )
     if not repeated:
         Vote.objects.create(
             approval=approval,
