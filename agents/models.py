@@ -139,6 +139,13 @@ class ToolCall(models.Model):
                 fields=["hitl_mode", "executed_at"], name="toolcall_open", condition=models.Q(result__isnull=True)
             ),
             models.Index(fields=["executed_at"], name="toolcall_open_claimed", condition=models.Q(result__isnull=True)),
+            # The sweeper's stranded-run check starts from these: suspend calls decided and not yet run, the
+            # few runs a resume is owed to, however many runs wait on a person.
+            models.Index(
+                fields=["run"],
+                name="toolcall_decided_unrun",
+                condition=models.Q(result__isnull=True, hitl_mode="suspend", status__in=["approved", "rejected"]),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -217,18 +217,30 @@ class RunDetail(_Shape):
     @classmethod
     def of(cls, run: Run) -> Self:
         return cls(
-            **_run_summary(run),
-            auto_resume=run.auto_resume,
-            created_by=run.created_by,
-            updated_at=run.updated_at,
-            lease_owner=run.lease_owner or None,
-            lease_expires_at=run.lease_expires_at,
-            output=run.output,
-            error=run.error,
+            **cls._header(run),
             messages=[MessageShape.of(m) for m in run.messages.order_by("seq")],
             tool_calls=[ToolCallShape.of(c) for c in run.tool_calls.order_by("step", "id")],
             approvals=[RunApproval.of(a) for a in run.approvals.order_by("created_at")],
         )
+
+    @classmethod
+    def of_created(cls, run: Run) -> Self:
+        """The run as services.run_create made it (its prompt, no calls yet), without reading it back."""
+        prompt = MessageShape(seq=1, role=Message.Role.USER, content=run.input, tool_calls=None, tool_call_id=None)
+        return cls(**cls._header(run), messages=[prompt], tool_calls=[], approvals=[])
+
+    @staticmethod
+    def _header(run: Run) -> dict[str, Any]:
+        return {
+            **_run_summary(run),
+            "auto_resume": run.auto_resume,
+            "created_by": run.created_by,
+            "updated_at": run.updated_at,
+            "lease_owner": run.lease_owner or None,
+            "lease_expires_at": run.lease_expires_at,
+            "output": run.output,
+            "error": run.error,
+        }
 
 
 class SideEffectShape(_Shape):

@@ -2,8 +2,9 @@
 
 Raw SQL lives here alone, and only where the ORM cannot say it in one statement: the
 driver's hot path (lease, write, suspend) is one `UPDATE … RETURNING` each instead of an
-update and a read, and the execution claim is fenced by the run's state in the same statement. Every statement runs
-on SQLite (3.35+, RETURNING) and PostgreSQL; tests/agents/test_sql.py runs them on both.
+update and a read, and the execution claim is fenced by the run's state, read under the
+run's row lock, in the same statement. Every statement runs on SQLite (3.35+, RETURNING)
+and PostgreSQL; tests/agents/test_sql.py runs them on both.
 """
 
 from __future__ import annotations
@@ -38,12 +39,12 @@ def _one(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
 
 
 def run_lease(*, run_id: str, owner: str, now: datetime, expires_at: datetime) -> tuple[Any, ...] | None:
-    """Take a free lease of a run with work to do; return (agent, steps, input, auto_resume, own agent, creator)."""
+    """Take a free lease of a run with work to do; return (agent, steps, input, auto_resume, own agent, creator, kind)."""
     sql = f"""
         UPDATE {_RUN} SET status = %s, lease_owner = %s, lease_expires_at = %s, updated_at = %s
         WHERE id = %s AND (lease_expires_at IS NULL OR lease_expires_at < %s)
           AND (status IN (%s, %s) OR (status = %s AND NOT EXISTS ({_PENDING_SUSPEND})))
-        RETURNING agent, steps, input, auto_resume, agent_config IS NOT NULL, created_by"""
+        RETURNING agent, steps, input, auto_resume, agent_config IS NOT NULL, created_by, kind"""
     params = [
         Run.Status.RUNNING,
         owner,
@@ -59,10 +60,10 @@ def run_lease(*, run_id: str, owner: str, now: datetime, expires_at: datetime) -
     row = _one(sql, params)
     if row is None:
         return None
-    agent, steps, prompt, auto_resume, has_own_agent, created_by = row
+    agent, steps, prompt, auto_resume, has_own_agent, created_by, kind = row
     # SQLite answers 0 and 1; and in RETURNING (3.40) may say a NULL JSON column IS NOT NULL,
     # which only costs the caller a read that finds no agent definition.
-    return agent, steps, prompt, bool(auto_resume), bool(has_own_agent), created_by
+    return agent, steps, prompt, bool(auto_resume), bool(has_own_agent), created_by, kind
 
 
 def run_write(
@@ -126,13 +127,17 @@ def run_suspend(*, run_id: str, owner: str, now: datetime) -> bool:
 def toolcall_claim(*, tool_call_pk: int, now: datetime) -> bool:
     """Claim a call's execution unless it was claimed, has a result, or its run was cancelled.
 
-    The run's state is read in the claim's own statement: a cancel that committed first
-    always stops the claim (run_cancel also gives unclaimed calls their outcome).
+    The run's state is read, under its row lock, in the claim's own statement: on
+    PostgreSQL the sub-select's FOR UPDATE waits for a cancel (or decision) under way, as
+    run_cancel's lock does, and then reads the run as that transaction left it; a cancel
+    that comes second waits for this statement and sees the claim. SQLite serializes its
+    writers, so there the statement alone is enough. One statement, no transaction of its own.
     """
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     sql = f"""
         UPDATE {_TOOLCALL} SET executed_at = %s, status = %s
         WHERE id = %s AND executed_at IS NULL AND result IS NULL
-          AND NOT EXISTS (SELECT 1 FROM {_RUN} WHERE {_RUN}.id = {_TOOLCALL}.run_id AND {_RUN}.status = %s)"""
+          AND EXISTS (SELECT 1 FROM {_RUN} WHERE {_RUN}.id = {_TOOLCALL}.run_id AND {_RUN}.status <> %s{lock})"""
     with connection.cursor() as cursor:
         cursor.execute(sql, [db_time(now), ToolCall.Status.RUNNING, tool_call_pk, Run.Status.CANCELLED])
         return bool(cursor.rowcount)

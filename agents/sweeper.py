@@ -71,12 +71,24 @@ def _stranded_runs(now: datetime, grace: datetime) -> list[str]:
       and a worker taking it would race that caller's streamed drive);
     - suspended with every suspend approval decided, auto_resume on, the last decision
       past the grace period: its resume message was lost.
+
+    The last kind starts from the suspend calls decided and not yet run (a small partial
+    index), not from every suspended run: a run suspends only while one of its suspend
+    approvals is pending, and deciding that one leaves its call approved or rejected with
+    no result until a drive settles it, which takes the lease and leaves `suspended`. So
+    a stranded run always has such a call, and the check costs as much as there are
+    decisions waiting for their resume, however many runs wait on a person.
     """
     dead = Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
     lost_start = Q(status=Run.Status.QUEUED, auto_resume=True, lease_expires_at__isnull=True, created_at__lt=grace)
     stranded = list(Run.objects.filter(dead | lost_start).values_list("id", flat=True))
+    decided_unrun = ToolCall.objects.filter(
+        hitl_mode=Approval.Mode.SUSPEND,
+        result__isnull=True,
+        status__in=[ToolCall.Status.APPROVED, ToolCall.Status.REJECTED],
+    ).values("run_id")
     decided = (
-        Run.objects.filter(status=Run.Status.SUSPENDED, auto_resume=True)
+        Run.objects.filter(pk__in=decided_unrun, status=Run.Status.SUSPENDED, auto_resume=True)
         .filter(~pending_suspend_approvals())
         .annotate(last_decision=Max("approvals__decided_at"))
         .filter(last_decision__lt=grace)

@@ -30,7 +30,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Annotated, Any, Self, TypedDict
@@ -271,14 +271,18 @@ def _in_process(args: argparse.Namespace, conninfo: str) -> dict[str, Any]:
     with LangGraphSync(conninfo, args.durability) as lg:
         lg.check_flow()
         progress(f"round trip in process: {args.rounds} rounds of each, alternating (+10 warm-up)")
-        af_rt, lg_rt = [], []
+        af_rt, lg_rt, af_cpu, lg_cpu = [], [], [], []
         for index in range(10 + args.rounds):
-            af = _agentfast_round_trip()
-            lgt = lg.round_trip(f"rt-{index}")
+            af, afc = _cpu_and_wall(_agentfast_round_trip)
+            lgt, lgc = _cpu_and_wall(lambda index=index: lg.round_trip(f"rt-{index}"))
             if index >= 10:
                 af_rt.append(af)
                 lg_rt.append(lgt)
+                af_cpu.append(afc)
+                lg_cpu.append(lgc)
         results["round_trip"] = {"agentfast": measure.summary(af_rt), "langgraph": measure.summary(lg_rt)}
+        # CPU of this process (all its threads) per round trip: steadier than wall time on a busy machine.
+        results["round_trip_cpu"] = {"agentfast": measure.summary(af_cpu), "langgraph": measure.summary(lg_cpu)}
         progress(f"bytes per paused run: {args.paused} paused runs of each")
         results["storage"] = {"agentfast": _agentfast_storage(args.paused), "langgraph": lg.storage(args.paused)}
     return results
@@ -290,6 +294,13 @@ def _conninfo(url: str) -> str:
     password = f":{unquote(parts.password)}" if parts.password else ""
     host = parts.hostname or "127.0.0.1"
     return f"postgresql://{user}{password}@{host}:{parts.port or 5432}/{unquote(parts.path.lstrip('/'))}"
+
+
+def _cpu_and_wall(round_trip: Callable[[], float]) -> tuple[float, float]:
+    """Run one round trip; return its wall time (as it measures it) and this process's CPU ms during it."""
+    cpu = time.process_time()
+    wall = round_trip()
+    return wall, (time.process_time() - cpu) * 1000.0
 
 
 def _agentfast_round_trip() -> float:
@@ -850,6 +861,16 @@ def _render_in_process(results: dict[str, Any]) -> list[str]:
         f"{'  agentfast (services + runtime.drive, demo model)':<58}{af['n']:>6}{af['p50_ms']:>10.2f}{af['p95_ms']:>10.2f}",
         f"{'  LangGraph (interrupt / Command(resume), scripted model)':<58}{lg['n']:>6}{lg['p50_ms']:>10.2f}{lg['p95_ms']:>10.2f}",
         f"{'  ratio agentfast / LangGraph':<64}{af['p50_ms'] / lg['p50_ms']:>10.2f}×{af['p95_ms'] / lg['p95_ms']:>9.2f}×",
+    ]
+    if "round_trip_cpu" in results:
+        afc, lgc = results["round_trip_cpu"]["agentfast"], results["round_trip_cpu"]["langgraph"]
+        out += [
+            f"{'  CPU of this process per round trip, agentfast':<58}{afc['n']:>6}{afc['p50_ms']:>10.2f}{afc['p95_ms']:>10.2f}",
+            f"{'  CPU of this process per round trip, LangGraph':<58}{lgc['n']:>6}{lgc['p50_ms']:>10.2f}{lgc['p95_ms']:>10.2f}",
+            f"{'  ratio agentfast / LangGraph (CPU)':<64}{afc['p50_ms'] / lgc['p50_ms']:>10.2f}×"
+            f"{afc['p95_ms'] / lgc['p95_ms']:>9.2f}×",
+        ]
+    out += [
         "",
         f"{'BYTES PER PAUSED RUN':<58}{'rows':>10}{'growth':>10}",
     ]

@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--events", type=int, default=1000, help="events of the one long run (default 1000)")
     parser.add_argument("--repeat", type=int, default=30, help="timed requests of each page (default 30)")
     parser.add_argument("--no-csv", action="store_true", help="skip the CSV export through daphne")
-    parser.add_argument("--verbose", action="store_true", help="print EXPLAIN of each page's queries")
+    parser.add_argument("--verbose", action="store_true", help="print EXPLAIN of each page's and the sweeper's queries")
     parser.add_argument("--sqlite", action="store_true", help="on a fresh SQLite file in var/bench/ instead")
     parser.add_argument(
         "--reuse",
@@ -337,6 +337,10 @@ def _run(args: argparse.Namespace, target: setup.Target) -> dict[str, Any]:
             results["explain"][label] = _explain(client, url)
     progress(f"timing a sweeper tick ({args.repeat} ticks)")
     results["sweeper"] = _time_sweeper(args.repeat)
+    if args.verbose:
+        from agents import sweeper
+
+        results["explain"]["sweeper tick"] = _explain_queries(sweeper.sweep)
     if not args.no_csv:
         progress(f"exporting {args.audit:,} audit entries as CSV through daphne")
         results["csv"] = _csv_export(client)
@@ -394,11 +398,16 @@ def _time_page(client: Any, url: str, repeat: int) -> dict[str, Any]:
 
 def _explain(client: Any, url: str) -> list[dict[str, Any]]:
     """Run the page once capturing its queries; EXPLAIN ANALYZE those on the agents_* tables."""
+    return _explain_queries(lambda: client.get(url))
+
+
+def _explain_queries(work: Any) -> list[dict[str, Any]]:
+    """Do `work` once capturing its queries; EXPLAIN ANALYZE the reads of the agents_* tables."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as captured:
-        client.get(url)
+        work()
     explained = []
     for query in captured.captured_queries:
         sql = query["sql"]

@@ -13,17 +13,13 @@ from __future__ import annotations
 import logging
 import typing
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import close_old_connections
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
-from django.urls import URLPattern, URLResolver
 from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Schema, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -55,11 +51,8 @@ _View = TypeVar("_View", bound=Callable[..., Any])
 
 MAX_PAGE = 200
 MAX_OFFSET = 1_000_000_000
+COUNT_CAP = 500  # the lists count their rows this far past the offset, no further
 DECIDE = "approval_decide"  # the url name whose refusals the handlers audit
-# Endpoints served on a pool of threads (`pooled`), not on the one thread Django gives every
-# sync view under ASGI: deciding is the hot write, and its requests must not queue behind
-# each other (nor behind any other sync view) while one waits on the database.
-POOLED = frozenset({DECIDE})
 
 DESCRIPTION = """
 Drive agentfast over HTTP. Authenticate with `Authorization: Bearer <token>`
@@ -95,13 +88,6 @@ class _Api(NinjaAPI):
     def get_operation_id(self, operation: Operation) -> str:
         return operation.view_func.__name__  # "approval_decide", not "dashboard_api_approval_decide"
 
-    def _get_urls(self) -> list[URLResolver | URLPattern]:
-        urls = super()._get_urls()
-        for url in urls:
-            if isinstance(url, URLPattern) and url.name in POOLED:
-                url.callback = pooled(url.callback)
-        return urls
-
 
 api = _Api(
     title="agentfast",
@@ -118,35 +104,6 @@ _READ_ERRORS: dict[int, Any] = {**_AUTH_ERRORS, 400: ErrorOut, 404: ErrorOut}
 _WRITE_ERRORS: dict[int, Any] = {**_READ_ERRORS, 413: ErrorOut, 422: ErrorOut}
 
 
-def pooled(view: Callable[..., HttpResponseBase]) -> Callable[..., Any]:
-    """Serve a sync view on the decide pool's threads: concurrent requests run side by side.
-
-    The whole of the view runs there (authentication, CSRF, parsing, the handlers of its
-    refusals), in plain sync code with that thread's own database connection, which is given
-    back (to the pool, or closed past its age) once the answer is built, as Django does for
-    the requests it serves itself. AGENTFAST_DECIDE_THREADS=0 leaves the view to Django (the
-    test client: its requests must share the test's open transaction).
-    """
-    threads = settings.AGENTFAST_DECIDE_THREADS
-    if threads <= 0:
-        return view
-    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="decide")
-
-    def run(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        try:
-            return view(request, *args, **kwargs)
-        finally:
-            close_old_connections()
-
-    in_pool = sync_to_async(run, thread_sensitive=False, executor=pool)
-
-    async def view_in_pool(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        return await in_pool(request, *args, **kwargs)
-
-    view_in_pool.csrf_exempt = True  # type: ignore[attr-defined]  # as ninja's own views: SessionAuth checks CSRF
-    return view_in_pool
-
-
 def _streams(description: str) -> dict[str, Any]:
     """Document a 200 that is (or may be) a text/event-stream, in OpenAPI's terms."""
     content = {"text/event-stream": {"schema": {"type": "string"}}}
@@ -159,12 +116,22 @@ class PageQuery(LimitOffsetPagination.Input):
 
 
 class Page(LimitOffsetPagination):
-    """Today's page shape, `{"count", "limit", "offset", "items"}`, of the rows' `shape`."""
+    """The page shape, `{"count", "count_capped", "has_more", "limit", "offset", "items"}`, of the rows' `shape`.
+
+    The rows are counted no further than COUNT_CAP past the offset (as the inbox says
+    "500+"): an exact COUNT(*) of 100,000 pending approvals, filtered through a join,
+    cost more than the page itself, on every call.
+    """
 
     Input = PageQuery
 
     class Output(Schema):
-        count: int = Field(description="How many match, on all pages")
+        count: int = Field(
+            description=f"How many match, on all pages, counted up to {COUNT_CAP} past `offset`: "
+            "when `count_capped`, at least this many"
+        )
+        count_capped: bool = Field(description="`count` stopped at its cap: more match than it says")
+        has_more: bool = Field(description="Rows follow this page: ask again with `offset` + `limit`")
         limit: int
         offset: int
         items: list[Any]
@@ -176,12 +143,17 @@ class Page(LimitOffsetPagination):
     def paginate_queryset(
         self, queryset: QuerySet[Any], pagination: LimitOffsetPagination.Input, request: HttpRequest, **params: Any
     ) -> dict[str, Any]:
-        """Return one page of the rows, each as its shape."""
-        rows = queryset[pagination.offset : pagination.offset + pagination.limit]
+        """Return one page of the rows, each as its shape, and how many there are up to the cap."""
+        offset, limit = pagination.offset, pagination.limit
+        reach = offset + max(limit, COUNT_CAP)  # past the page, so has_more is exact
+        counted = selectors.count_up_to(queryset, reach + 1)
+        rows = queryset[offset : offset + limit] if counted > offset else []
         return {
-            "count": queryset.count(),
-            "limit": pagination.limit,
-            "offset": pagination.offset,
+            "count": min(counted, reach),
+            "count_capped": counted > reach,
+            "has_more": counted > offset + limit,
+            "limit": limit,
+            "offset": offset,
             "items": [self.shape.of(row) for row in rows],
         }
 
@@ -223,7 +195,7 @@ def run_create(request: HttpRequest, body: RunCreateIn) -> Status[schemas.RunDet
         created_by=request.user.get_username(),
         started_from="api",
     )
-    return Status(201, schemas.RunDetail.of(run))
+    return Status(201, schemas.RunDetail.of_created(run))
 
 
 @api.get("/runs", response={200: list[schemas.RunSummary], **_READ_ERRORS}, tags=["runs"])

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
 
-# Channels' imports need the app registry ready, hence after get_asgi_application().
+# The app registry is ready from here on.
+from django.conf import settings
+
+from dashboard.threaded import ThreadedSyncViews
+
+django_asgi_app = ThreadedSyncViews(threads=settings.AGENTFAST_WEB_THREADS)
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 
@@ -24,3 +24,15 @@ def _fresh_connections(**_: object) -> None:
         close_pool = getattr(connection, "close_pool", None)
         if close_pool is not None:
             close_pool()
+
+
+@worker_init.connect
+def _preload_model_providers(**_: object) -> None:
+    """Import the model providers agentfast.yaml's agents use before the worker takes work."""
+    from agents.llm.base import preload_providers
+    from agents.policy import ConfigError, get_policy
+
+    try:
+        preload_providers(agent.model for agent in get_policy().agents.values())
+    except ConfigError:
+        pass  # the first drive reports it, as without this

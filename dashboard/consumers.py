@@ -25,6 +25,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
+from django.db.models import QuerySet
 from django.http import QueryDict
 from django.template.loader import render_to_string
 
@@ -34,7 +35,7 @@ from agents.services import eligibility
 from dashboard.auth import is_reviewer
 from dashboard.forms import InboxFilter
 from dashboard.hub import Hub, Shared
-from dashboard.views import describe_cards
+from dashboard.views import INBOX_COUNT_CAP, describe_cards
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -256,7 +257,7 @@ class InboxConsumer(AsyncWebsocketConsumer):
         return await push.once(("groups", user.pk), eligibility.group_names, user)
 
     async def _count(self, push: _InboxPush) -> int:
-        """How many approvals this inbox lists now, as `filters.pending_approvals().count()` says."""
+        """How many approvals this inbox lists now, as the page counts them: up to INBOX_COUNT_CAP + 1 ("500+")."""
         for_me, *rest = self.count_key
         total, restricted = await push.once(("count", *self.count_key), _pending_counts, *self.count_key)
         if not for_me:
@@ -264,8 +265,11 @@ class InboxConsumer(AsyncWebsocketConsumer):
         if not self.may_decide_any:
             return 0
         user = self.scope["user"]
+        if restricted is None:  # too many to sort out in Python: this reviewer's own bounded count
+            return await push.once(("count for", user.pk, *rest), _decidable_count, user, *rest)
         groups = await self._groups(push) if any(approval.approvers for approval in restricted) else set()
-        return total + sum(eligibility.restriction(user, approval, groups) is None for approval in restricted)
+        mine = sum(eligibility.restriction(user, approval, groups) is None for approval in restricted)
+        return min(total + mine, INBOX_COUNT_CAP + 1)
 
 
 _INBOX_EVENTS = {RunEvent.Type.APPROVAL_REQUIRED, RunEvent.Type.APPROVAL_VOTED, RunEvent.Type.APPROVAL_DECIDED}
@@ -291,12 +295,8 @@ class _InboxPush:
         return await self.event.once(("inbox", *key), func, *args)
 
     def count_html(self, count: int) -> str:
-        return self.event.memo(
-            ("inbox-count", count),
-            render_to_string,
-            "dashboard/_pending_count.html",
-            {"count": count, "oob": True},
-        )
+        shown = {"count": min(count, INBOX_COUNT_CAP), "count_more": count > INBOX_COUNT_CAP, "oob": True}
+        return self.event.memo(("inbox-count", count), render_to_string, "dashboard/_pending_count.html", shown)
 
     def prepared(self, frame: str, factory: Any) -> Any:
         """The websocket frame of `frame` (an autobahn PreparedMessage), built once for every socket."""
@@ -340,16 +340,29 @@ def _search_matches(search: str, approval_id: str) -> bool:
     return selectors.approval_list(search=search).filter(pk=approval_id).exists()
 
 
-def _pending_counts(for_me: bool, agent: str, tool: str, search: str) -> tuple[int, list[Approval]]:
-    """Count the pending approvals a filter lists: all of them, or (For me) those open to every
-    reviewer plus the restricted ones, which each reviewer's own rights then sort out."""
-    approvals = selectors.approval_list(
+def _pending_counts(for_me: bool, agent: str, tool: str, search: str) -> tuple[int, list[Approval] | None]:
+    """Count, up to INBOX_COUNT_CAP + 1, the pending approvals a filter lists: all of them, or (For me)
+    those open to every reviewer plus the restricted ones, which each reviewer's own rights then sort
+    out (None: more of them than the cap, which each reviewer counts in SQL instead)."""
+    approvals = _pending(agent, tool, search)
+    if not for_me:
+        return selectors.count_up_to(approvals, INBOX_COUNT_CAP + 1), []
+    open_to_all = selectors.count_up_to(approvals.filter(eligibility.OPEN_TO_ALL), INBOX_COUNT_CAP + 1)
+    if open_to_all > INBOX_COUNT_CAP:
+        return open_to_all, []  # "500+" whoever may decide the rest
+    restricted = list(approvals.exclude(eligibility.OPEN_TO_ALL).select_related("run")[: INBOX_COUNT_CAP + 1])
+    return open_to_all, restricted if len(restricted) <= INBOX_COUNT_CAP else None
+
+
+def _decidable_count(user: Any, agent: str, tool: str, search: str) -> int:
+    """Count, up to INBOX_COUNT_CAP + 1, the pending approvals this user may decide, as the page does."""
+    return selectors.count_up_to(eligibility.decidable(user, _pending(agent, tool, search)), INBOX_COUNT_CAP + 1)
+
+
+def _pending(agent: str, tool: str, search: str) -> QuerySet[Approval]:
+    return selectors.approval_list(
         status=Approval.Status.PENDING, agent=agent or None, tool=tool or None, search=search, order=selectors.OLDEST
     )
-    if not for_me:
-        return approvals.count(), []
-    restricted = list(approvals.exclude(eligibility.OPEN_TO_ALL).select_related("run"))
-    return approvals.filter(eligibility.OPEN_TO_ALL).count(), restricted
 
 
 def _daphne_socket(send: Any) -> tuple[Any, Any] | None:

@@ -92,9 +92,10 @@ def _postgres(config: dict[str, object]) -> dict[str, object]:
     return {**config, "OPTIONS": options, "CONN_MAX_AGE": 0}
 
 
-# Threads of a web process that serve decisions side by side (dashboard.api.pooled): under ASGI
-# Django runs every sync view on one thread. Each holds a database connection while it decides.
-AGENTFAST_DECIDE_THREADS = env.int("AGENTFAST_DECIDE_THREADS", default=8)
+# Threads of a web process that serve sync views side by side, middleware and all
+# (dashboard.threaded); each keeps its own database connection between requests. 0 leaves
+# them to Django's ASGI handler (a new thread per request, a hop per middleware hook).
+AGENTFAST_WEB_THREADS = env.int("AGENTFAST_WEB_THREADS", default=8)
 
 # -- end throughput ---------------------------------------------------------------------------------
 
@@ -227,7 +228,7 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     # django-axes first: it refuses a locked-out username+address before any password check.
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "dashboard.auth.ModelBackend",
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"

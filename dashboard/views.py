@@ -98,10 +98,24 @@ def _window(items: QuerySet[Any], request: HttpRequest, size: int) -> _Window:
     """Return the requested page of `items` (page 1 for a missing or bad number), reading size + 1 rows."""
     raw = request.GET.get("page", "")
     number = min(int(raw), MAX_PAGE) if raw.isdigit() and int(raw) > 0 else 1
-    rows = list(items[(number - 1) * size : number * size + 1])
+    rows = _rows(items, (number - 1) * size, number * size + 1)
     if not rows and number > 1:  # past the end (the list shrank, or a made-up number): the first page
-        number, rows = 1, list(items[: size + 1])
+        number, rows = 1, _rows(items, 0, size + 1)
     return _Window(object_list=rows[:size], number=number, has_next=len(rows) > size)
+
+
+def _rows(items: QuerySet[Any], start: int, stop: int) -> list[Any]:
+    """Return items[start:stop]; past the first rows of a joined list, by their keys first, then in full.
+
+    The rows skipped on the way to a later page of the inbox are then read for their keys only,
+    not joined to the run and tool call each card shows, to be thrown away. A list without
+    select_related (runs, audit) gains nothing from the second round trip.
+    """
+    if start == 0 or not items.query.select_related:
+        return list(items[start:stop])
+    keys = list(items.values_list("pk", flat=True)[start:stop])
+    found = {row.pk: row for row in items.filter(pk__in=keys)}
+    return [found[key] for key in keys if key in found]  # one decided in between is gone from the page
 
 
 def _live_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

@@ -115,7 +115,7 @@ def child_env(**extra: str) -> dict[str, str]:
         AGENTFAST_SWEEP_SECONDS="0.5",
         AGENTFAST_SWEEP_GRACE_SECONDS="1",
         PYTHONUNBUFFERED="1",
-        AGENTFAST_DECIDE_THREADS="4",  # tests.settings keeps them off in this process only
+        AGENTFAST_WEB_THREADS="4",
     )
     env.update(extra)
     return env

@@ -28,7 +28,3 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast log
 # Threads of the test process (the lease keeper, SSE drives) close their connections after
 # each use, so none is left open on the test database when it is dropped.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
-# The test client's requests must see the test's open transaction, which a connection of the
-# decide pool's threads cannot: decisions stay on Django's thread here. The servers the tests
-# start (child_env) serve them on the pool, as in production.
-AGENTFAST_DECIDE_THREADS = int(os.environ.get("AGENTFAST_DECIDE_THREADS", "0"))

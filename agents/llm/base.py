@@ -7,7 +7,7 @@ malformed JSON becomes a tool error the model reads instead of a crash.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,6 +41,16 @@ class ChatModel(Protocol):
         *,
         on_delta: DeltaSink | None = None,
     ) -> AssistantTurn: ...
+
+
+def preload_providers(models: Iterable[str]) -> None:
+    """Import the providers of these `model` settings now, at a worker's start, not on its first drive.
+
+    Importing the openai package costs over half a second of CPU; done lazily, the first
+    drive of every thread queued behind it on the import lock while the worker took work.
+    """
+    if any(model.startswith("openai:") for model in models):
+        import agents.llm.openai  # noqa: F401
 
 
 def get_model(model: str, *, base_url: str | None = None) -> ChatModel:

@@ -204,8 +204,14 @@ class _Driver:
                 return Run.Status.SUSPENDED
 
     def _load(self) -> None:
+        if self.steps == 0 and not self.messages and self.run.kind == Run.Kind.INTERNAL:
+            # A run before its first tool turn holds only the prompt run_create stored (a final
+            # answer would have ended it), and run_lease returned that prompt: save both queries.
+            self.messages = [Message(run_id=self.run.id, seq=1, role=Message.Role.USER, content=self.run.input)]
+            self.calls, self.approvals = [], {}
+            return
         self.messages = list(Message.objects.filter(run_id=self.run.id).order_by("seq"))
-        if self.steps == 0:  # a fresh run has no tool calls yet: save the query
+        if self.steps == 0:  # no tool turn yet, so no tool calls: save the query
             self.calls, self.approvals = [], {}
             return
         self.calls = list(ToolCall.objects.filter(run_id=self.run.id).select_related("approval").order_by("step", "id"))

@@ -161,8 +161,11 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
         )
     key = {"voter": _fit(ask.attempt.decider, Vote, "voter"), "arguments_digest": approval.digest}
     # The approval's row lock serializes its votes: a plain check then insert cannot race here
-    # (the unique constraint would still refuse a double).
-    repeated = Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists()
+    # (the unique constraint would still refuse a double). With a quorum of 1 (fixed when the
+    # approval opened) any earlier vote decided it, so a pending one has none to repeat.
+    repeated = (
+        approval.quorum > 1 and Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists()
+    )
     if not repeated:
         Vote.objects.create(
             approval=approval,
@@ -228,8 +231,10 @@ def _after_decision(approval: Approval, attempt: Attempt, auto_resume: bool | No
     ToolCall.objects.filter(pk=approval.tool_call_id, status=ToolCall.Status.AWAITING_APPROVAL).update(
         status=approval.status
     )
+    resume = _announce_and_unblock(approval, auto_resume)
+    # Last: the audit chain's lock is one for the whole database, held until the commit.
     _audit(approval, attempt, action=approval.status, outcome=AuditEntry.Outcome.DECIDED, detail=_detail(approval))
-    return _announce_and_unblock(approval, auto_resume)
+    return resume
 
 
 def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:

@@ -84,7 +84,7 @@ def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | Non
     row = sql.run_lease(run_id=run_id, owner=owner, now=timezone.now(), expires_at=lease_expiry(ttl))
     if row is None:
         return None
-    agent, steps, prompt, auto_resume, has_own_agent, created_by = row
+    agent, steps, prompt, auto_resume, has_own_agent, created_by, kind = row
     # Most runs name a configured agent: read the JSON definition only for those that carry one.
     agent_config = Run.objects.values_list("agent_config", flat=True).get(pk=run_id) if has_own_agent else None
     return Run(
@@ -97,6 +97,7 @@ def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | Non
         status=Run.Status.RUNNING,
         lease_owner=owner,
         created_by=created_by,  # rules and grants read run.created_by (four eyes)
+        kind=kind,  # the driver trusts a fresh run's history to be its prompt only for runs run_create made
     )
 
 

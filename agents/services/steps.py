@@ -226,15 +226,12 @@ def toolcall_claim(*, tool_call: ToolCall) -> datetime | None:
     """Claim the execution of a call; return the claim time, or None if another caller has it.
 
     The compare-and-set on executed_at is what makes a call run exactly once (invariant 2).
-    The run's row is locked first, as run_cancel locks it: a cancel that comes first stops
-    the claim, and one that comes second sees the claim and waits for its result. Reading
-    the run's state inside the UPDATE alone is not enough on PostgreSQL, where it would read
-    the state from before a cancel that is about to commit.
+    It reads the run's state under the run's row lock, in the same statement (agents.sql):
+    a cancel that comes first stops the claim, and one that comes second sees the claim
+    and waits for its result. It commits on its own, before the effect runs.
     """
     now = timezone.now()
-    with transaction.atomic():
-        Run.objects.select_for_update().filter(pk=tool_call.run_id).values_list("pk", flat=True).first()
-        return now if sql.toolcall_claim(tool_call_pk=tool_call.pk, now=now) else None
+    return now if sql.toolcall_claim(tool_call_pk=tool_call.pk, now=now) else None
 
 
 def toolcall_finish(

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from agents import runtime, services
 from agents.models import AuditEntry, Run, SideEffect, ToolCall
@@ -116,3 +116,46 @@ def test_it_audits_who_cancelled_and_from_where(db):
     assert (entry.actor, entry.source, entry.origin) == ("carol", "api", "10.0.0.9")
     expired = AuditEntry.objects.get(run_id=run.id, action="expired")
     assert expired.actor == "carol"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite serializes writers: no cancel can be under way")
+def test_it_waits_for_a_cancel_under_way_before_it_claims_a_call(transactional_db):
+    """The claim's statement reads the run under its lock: a cancel that has begun (locked the run) stops it."""
+    run = start(REFUND, auto_resume=False)
+    [approval] = pending(run)
+    decide(approval, "approved", auto_resume=False)
+    call = ToolCall.objects.get(pk=approval.tool_call_id)
+    cancelling, release = threading.Event(), threading.Event()
+    claims: list[object] = []
+
+    def cancel_and_wait() -> None:
+        try:
+            with transaction.atomic():
+                # run_cancel's first step, then a pause before its checks: the claim must not slip in here.
+                Run.objects.select_for_update().get(pk=run.id)
+                cancelling.set()
+                release.wait(10)
+                cancel(run)
+        finally:
+            connection.close()
+
+    def claim() -> None:
+        try:
+            claims.append(services.toolcall_claim(tool_call=call))
+        finally:
+            connection.close()
+
+    canceller = threading.Thread(target=cancel_and_wait)
+    canceller.start()
+    assert cancelling.wait(10)
+    claimer = threading.Thread(target=claim)
+    claimer.start()
+    claimer.join(0.5)
+    assert claimer.is_alive()  # waiting on the run's row lock
+    release.set()
+    canceller.join(10)
+    claimer.join(10)
+
+    assert claims == [None]
+    assert Run.objects.get(pk=run.id).status == Run.Status.CANCELLED
+    assert ToolCall.objects.get(pk=call.pk).executed_at is None

@@ -7,6 +7,8 @@ import json
 import pytest
 import redis
 from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from agents import runtime, services
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent, SideEffect, ToolCall
@@ -30,6 +32,21 @@ def test_it_pauses_before_a_suspend_tool_with_a_derived_approval_id(db):
     assert not SideEffect.objects.exists()
     # lookup_order (low risk) ran at once; the refund waits.
     assert tool_outputs(run)[0]["result"]["order_id"] == "A1001"
+
+
+def test_it_drives_a_fresh_run_from_the_prompt_the_lease_returned(db):
+    run = services.run_create(agent="support", input=REFUND, enqueue=False)
+
+    with CaptureQueriesContext(connection) as queries:
+        result = runtime.drive(run.id, stream=False)
+
+    assert result.status == Run.Status.SUSPENDED
+    [approval] = pending(run)  # the model read the prompt: it asked for the refund of A1001
+    assert approval.tool_call.arguments == {"order_id": "A1001", "amount_cents": 2500}
+    statements = [q["sql"] for q in queries.captured_queries]
+    first_turn = next(i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "agents_message"'))
+    # Up to the first model turn's writes, nothing read the one message the run had.
+    assert not [sql for sql in statements[:first_turn] if 'FROM "agents_message"' in sql]
 
 
 def test_it_runs_the_approved_call_once_and_finishes(db):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from agents.models import Approval, Message, Run, SideEffect, ToolCall
 from agents.runtime import drive
 from tests.support.fake_openai import FakeOpenAI, Reply, text_pieces, tool_messages
 
+ROOT = Path(__file__).resolve().parents[2]
 USER = [{"role": "user", "content": "Where is order A1001?"}]
 LOOKUP_SPEC = {
     "type": "function",
@@ -382,3 +385,13 @@ def test_it_shares_one_client_per_endpoint_in_a_process(fake_openai: FakeOpenAI)
         "hello test-model",
         "hello other-model",
     ]
+
+
+@pytest.mark.parametrize(("models", "imported"), [(["demo"], False), (["demo", "openai:gpt-test"], True)])
+def test_it_preloads_the_openai_provider_only_when_an_agent_uses_it(models: list[str], imported: bool) -> None:
+    script = (
+        "import sys; from agents.llm.base import preload_providers; "
+        f"preload_providers({models!r}); print('openai' in sys.modules)"
+    )
+    found = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert found.stdout.strip() == str(imported)

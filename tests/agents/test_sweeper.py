@@ -9,7 +9,7 @@ from django.utils import timezone
 from agents import services
 from agents.models import Approval, Run
 from agents.sweeper import sweep
-from tests.support.flows import decide, pending, start
+from tests.support.flows import decide, pending, resume, start
 
 REFUND = "Refund order A1001 for 25.00 USD"
 
@@ -77,3 +77,47 @@ def test_it_re_enqueues_decided_deferred_calls_not_yet_run(db, settings):
     age(run, 60)
 
     assert sweep().deferred == [approval.tool_call_id]
+
+
+def test_it_resumes_a_parallel_step_only_once_its_last_approval_is_decided(db, settings):
+    settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
+    run = start("Refund orders A1001 and A1002 for 20.00 USD each")
+    first, second = pending(run)
+    decide(first, "approved", auto_resume=False)
+    age(run, 60)
+    assert sweep().runs == []  # one call decided, the other still waits on a person
+
+    decide(second, "rejected", note="not this one", auto_resume=False)
+    age(run, 60)
+    assert sweep().runs == [run.id]
+
+
+def test_it_resumes_a_run_whose_call_was_rejected_or_expired(db, settings):
+    settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
+    rejected = start(REFUND)
+    decide(pending(rejected)[0], "rejected", note="no", auto_resume=False)
+    expired = start(REFUND)
+    assert services.approval_expire(approval=pending(expired)[0], actor="deadline", reason="late", resume=False)
+    for run in (rejected, expired):
+        age(run, 60)
+
+    assert sorted(sweep().runs) == sorted([rejected.id, expired.id])
+
+
+def test_it_leaves_a_run_alone_once_a_drive_settled_its_decisions(db, settings):
+    settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
+    revised = start(REFUND)
+    decide(pending(revised)[0], "rejected", note="too much", feedback="make it 20.00", auto_resume=False)
+    revised = resume(revised)  # the model drafts again: a new call waits on a person
+    assert revised.status == Run.Status.SUSPENDED
+    finished = start(REFUND)
+    decide(pending(finished)[0], "approved", auto_resume=False)
+    finished = resume(finished)
+    assert finished.status == Run.Status.COMPLETED
+    for run in (revised, finished):
+        age(run, 60)
+    assert sweep().runs == []
+
+    decide(pending(revised)[0], "approved", auto_resume=False)
+    age(revised, 60)
+    assert sweep().runs == [revised.id]

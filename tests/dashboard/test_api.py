@@ -184,6 +184,26 @@ def test_it_lists_pending_approvals_filtered_and_paginated(api: Api, paused: Run
     assert api.get("/api/approvals", status="all").json()["count"] == 2
 
 
+def page_counts(page: dict[str, Any]) -> tuple[int, bool, bool, int]:
+    return page["count"], page["count_capped"], page["has_more"], len(page["items"])
+
+
+def test_it_counts_a_list_no_further_than_its_cap_past_the_offset(
+    api: Api, paused: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flows.start("Refund order A1002 for 15.00 USD")
+    flows.start("Refund order A1002 for 16.00 USD")
+    assert page_counts(api.get("/api/approvals").json()) == (3, False, False, 3)
+    assert page_counts(api.get("/api/approvals", limit=2).json()) == (3, False, True, 2)
+    monkeypatch.setattr("dashboard.api.COUNT_CAP", 1)
+    assert page_counts(api.get("/api/approvals", limit=1).json()) == (1, True, True, 1)  # "1+"
+    assert page_counts(api.get("/api/approvals", limit=1, offset=1).json()) == (2, True, True, 1)
+    assert page_counts(api.get("/api/approvals", limit=1, offset=2).json()) == (3, False, False, 1)
+    assert page_counts(api.get("/api/approvals", limit=2, offset=2).json()) == (3, False, False, 1)
+    assert page_counts(api.get("/api/approvals", offset=5).json()) == (3, False, False, 0)  # past the end
+    assert page_counts(api.get("/api/runs", limit=1).json()) == (1, True, True, 1)
+
+
 @pytest.mark.parametrize(
     ("params", "field"), [({"status": "maybe"}, "status"), ({"limit": "0"}, "limit"), ({"offset": "-1"}, "offset")]
 )

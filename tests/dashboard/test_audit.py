@@ -15,6 +15,7 @@ from django.utils import timezone
 from agents import services
 from agents.models import Approval, AuditEntry
 from tests.dashboard.conftest import REFUND
+from tests.support.asgi import http_scope
 from tests.support.flows import decide, pending, start
 
 
@@ -177,20 +178,7 @@ def test_it_streams_the_csv_under_asgi_while_reading_it(client_for, carol, histo
     from django.db import close_old_connections
 
     cookie = client_for(carol).cookies["sessionid"].value
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": "/audit.csv",
-        "raw_path": b"/audit.csv",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"testserver"), (b"cookie", f"sessionid={cookie}".encode())],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
+    scope = http_scope("/audit.csv", [(b"cookie", f"sessionid={cookie}".encode())])
     parts: list[bytes] = []
     requests = [{"type": "http.request", "body": b"", "more_body": False}]
 

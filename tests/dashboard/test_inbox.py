@@ -74,6 +74,18 @@ def test_it_paginates(client_for, alice, monkeypatch):
     assert 'ws-connect="/ws/inbox/?page=2&amp;last=1"' in second
 
 
+def test_it_shows_a_later_page_in_order_whichever_way_it_is_sorted(client_for, alice, monkeypatch):
+    monkeypatch.setattr(views, "INBOX_PAGE_SIZE", 2)
+    ids = [pending(start(REFUND))[0].id for _ in range(5)]
+    client = client_for(alice)
+
+    assert card_ids(client.get("/?page=2").content.decode()) == ids[2:4]
+    assert card_ids(client.get("/?page=3").content.decode()) == ids[4:]
+    assert card_ids(client.get("/?page=2&order=newest").content.decode()) == [ids[2], ids[1]]
+    decide(ids[3], "approved", auto_resume=False)
+    assert card_ids(client.get("/?page=2").content.decode()) == [ids[2], ids[4]]
+
+
 def test_it_explains_what_to_do_when_nothing_waits(client_for, alice):
     html = client_for(alice).get("/").content.decode()
 
