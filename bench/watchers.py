@@ -184,7 +184,9 @@ def _reviewers(count: int, *, sse: bool) -> list[str]:
     for user in users:
         session = store()
         session[SESSION_KEY] = str(user.pk)
-        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        # The backend a password sign-in ends at (the first ones only refuse): a session naming a
+        # backend the settings no longer list is anonymous.
+        session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[-1]
         session[HASH_SESSION_KEY] = user.get_session_auth_hash()
         session.create()
         keys.append(session.session_key)
