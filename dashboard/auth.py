@@ -9,11 +9,8 @@ from functools import wraps
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import backends
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Permission
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
@@ -25,24 +22,6 @@ DECIDE = "agents.decide_approval"
 AUDIT = "agents.view_auditentry"
 ON_BEHALF = "agents.decide_on_behalf"
 _ORIGIN_CHARS = AuditEntry._meta.get_field("origin").max_length
-
-
-class ModelBackend(backends.ModelBackend):
-    """Django's ModelBackend, reading a user's own and group permissions in one query, not two.
-
-    Every API call and page asks `has_perm` once: that read is the request's first query.
-    """
-
-    def get_all_permissions(self, user_obj: Any, obj: Any = None) -> set[str]:
-        if not user_obj.is_active or user_obj.is_anonymous or obj is not None:
-            return set()
-        if not hasattr(user_obj, "_perm_cache"):
-            found = Permission.objects.all()
-            if not user_obj.is_superuser:
-                found = found.filter(Q(user=user_obj) | Q(group__user=user_obj))
-            pairs = found.values_list("content_type__app_label", "codename").order_by().distinct()
-            user_obj._perm_cache = {f"{app_label}.{codename}" for app_label, codename in pairs}
-        return user_obj._perm_cache
 
 
 def is_reviewer(user: Any) -> bool:

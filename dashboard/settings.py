@@ -228,7 +228,7 @@ AUTH_PASSWORD_VALIDATORS = [
 AUTHENTICATION_BACKENDS = [
     # django-axes first: it refuses a locked-out username+address before any password check.
     "axes.backends.AxesStandaloneBackend",
-    "dashboard.auth.ModelBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
