@@ -487,6 +487,26 @@ def latest_approval_event() -> int:
 # -- streams -----------------------------------------------------------------------------
 
 
+class _Quiet:
+    """When a stream last sent something: a heartbeat, and a re-check of access, after each quiet spell."""
+
+    def __init__(self) -> None:
+        self.since = time.monotonic()
+
+    async def after(self, *, sent: bool, viewer: Viewer | None) -> str | None:
+        """Return what to send after a tick: nothing, a heartbeat, or `access_ended` (then stop)."""
+        now = time.monotonic()
+        if sent:
+            self.since = now
+            return None
+        if now - self.since < HEARTBEAT_SECONDS:
+            return None
+        self.since = now
+        if viewer is not None and not await viewer.still_allowed():
+            return ACCESS_ENDED
+        return HEARTBEAT
+
+
 async def _follow(
     live: _Live, feed: _Feed, viewer: Viewer | None = None, *, until: asyncio.Future[Any] | None = None
 ) -> AsyncIterator[str]:
@@ -495,7 +515,7 @@ async def _follow(
     The stream ends with an `access_ended` frame when its viewer's access ends: told so on
     the access groups, or found so by the re-check at each heartbeat (a lost message).
     """
-    quiet_since = time.monotonic()
+    quiet = _Quiet()
     while not feed.ended:
         message = await live.next(live.tick, until=until)
         if message is None and until is not None and until.done():
@@ -508,14 +528,11 @@ async def _follow(
         frames = await (feed.live(message) if message is not None else feed.stored())
         for chunk in frames:
             yield chunk
-        if frames:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= HEARTBEAT_SECONDS:
-            quiet_since = time.monotonic()
-            if viewer is not None and not await viewer.still_allowed():
-                yield ACCESS_ENDED
+        extra = await quiet.after(sent=bool(frames), viewer=viewer)
+        if extra is not None:
+            yield extra
+            if extra == ACCESS_ENDED:
                 return
-            yield HEARTBEAT
 
 
 async def run_stream(run_id: str, after: int, viewer: Viewer | None = None) -> AsyncIterator[str]:
@@ -551,7 +568,7 @@ async def approval_stream(after: int, viewer: Viewer | None = None) -> AsyncIter
 
 async def _follow_hubs(watch: _Watch, feed: ApprovalFeed, viewer: Viewer | None) -> AsyncIterator[str | bytes]:
     """`_follow` for a stream fed by hubs: the same heartbeats, idle looks and access checks."""
-    quiet_since = time.monotonic()
+    quiet = _Quiet()
     while True:
         event = await watch.next()
         frames: list[str] | list[bytes]
@@ -566,14 +583,11 @@ async def _follow_hubs(watch: _Watch, feed: ApprovalFeed, viewer: Viewer | None)
             frames = await feed.shared(event)
         for chunk in frames:
             yield chunk
-        if frames:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= HEARTBEAT_SECONDS:
-            quiet_since = time.monotonic()
-            if viewer is not None and not await viewer.still_allowed():
-                yield ACCESS_ENDED
+        extra = await quiet.after(sent=bool(frames), viewer=viewer)
+        if extra is not None:
+            yield extra
+            if extra == ACCESS_ENDED:
                 return
-            yield HEARTBEAT
 
 
 class _Watch:
