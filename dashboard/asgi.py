@@ -3,6 +3,7 @@ Channels (session auth, exact origin)."""
 
 from __future__ import annotations
 
+import gc
 import os
 
 import django
@@ -32,3 +33,7 @@ application = ProtocolTypeRouter(
 )
 
 guard_daphne()  # under daphne, refuse oversized or anonymous bodies before daphne buffers them
+
+# What the process loaded to get here lives as long as it does: keep it out of the
+# collector's full passes, which with thousands of open streams stalled all of them.
+gc.freeze()
