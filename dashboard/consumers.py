@@ -8,7 +8,6 @@ renders, marked for an out-of-band swap that htmx's ws extension applies.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import functools
 import hashlib
@@ -35,7 +34,7 @@ from agents.services import eligibility
 from dashboard.auth import is_reviewer
 from dashboard.forms import InboxFilter
 from dashboard.hub import Hub, Shared
-from dashboard.views import INBOX_COUNT_CAP, describe_cards
+from dashboard.views import INBOX_COUNT_CAP, describe_cards, pending_count_context
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -295,7 +294,7 @@ class _InboxPush:
         return await self.event.once(("inbox", *key), func, *args)
 
     def count_html(self, count: int) -> str:
-        shown = {"count": min(count, INBOX_COUNT_CAP), "count_more": count > INBOX_COUNT_CAP, "oob": True}
+        shown = {**pending_count_context(count), "oob": True}
         return self.event.memo(("inbox-count", count), render_to_string, "dashboard/_pending_count.html", shown)
 
     def prepared(self, frame: str, factory: Any) -> Any:

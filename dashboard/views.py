@@ -158,6 +158,11 @@ def describe_cards(approvals: list[Approval]) -> None:
         approval.position, approval.siblings = positions.get(approval.id, (1, 1))  # type: ignore[attr-defined]
 
 
+def pending_count_context(count: int) -> dict[str, Any]:
+    """What _pending_count.html shows of a count read up to INBOX_COUNT_CAP + 1: the number, or "500+"."""
+    return {"count": min(count, INBOX_COUNT_CAP), "count_more": count > INBOX_COUNT_CAP}
+
+
 @require_GET
 @reviewer_required
 @_live_page
@@ -171,8 +176,7 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
     prepare_cards(request.user, page.object_list)
     context = {
         "page": page,
-        "count": min(count, INBOX_COUNT_CAP),
-        "count_more": count > INBOX_COUNT_CAP,
+        **pending_count_context(count),
         "filters": filters,
         "filtered": any(filters.data.get(key) for key in ("agent", "tool", "q")),
         "for_me": filters.for_me,
