@@ -25,6 +25,7 @@ from dashboard import sse
 from dashboard.api_auth import Forbidden, signed_in
 from dashboard.api_schemas import ErrorOut, Id, JsonObject
 from dashboard.auth import is_reviewer
+from dashboard.hub import Watch
 
 GATE = "agents.gate_external"
 MAX_WAIT_SECONDS = 60
@@ -123,13 +124,14 @@ async def approval_wait(
     found = await sse._read(partial(external_call_get, owner=owner, approval_id=approval_id))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    async with sse._Live(events.run_group(found.call.run_id)) as live:
+    # Any message of the run's group, or a quiet tick, is the cue to read the approval again.
+    async with Watch((events.run_group(found.call.run_id),), tick=RECHECK_SECONDS, poll=sse.POLL_SECONDS) as watch:
         while True:
             state = await sse._read(_state, approval_id)
             remaining = deadline - loop.time()
             if state["status"] != Approval.Status.PENDING or remaining <= 0:
                 return state
-            await live.next(min(remaining, RECHECK_SECONDS if live.layer is not None else sse.POLL_SECONDS))
+            await watch.next(remaining)
 
 
 def _waiter(user: User) -> str | None:

@@ -9,6 +9,7 @@ is worked out once through `Shared.once` and `Shared.memo`.
 
 Members are served a batch at a time, with a yield to the event loop between batches, so
 the first connections' bytes are on the wire while the later ones are still being served.
+A `Watch` is the member a stream holds: the messages of its groups, taken in order.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -173,6 +175,119 @@ class Hub:
             with contextlib.suppress(Exception):
                 member.lost()
         self.members.clear()
+
+
+class Watch:
+    """One stream's place in this process's hubs: the messages of its groups, taken in order.
+
+    The hubs append their messages here and the stream takes them with `next`. Waiting costs
+    no timer per message: one timer per quiet spell says when a tick is due, and a message
+    only moves the due time. Without a channel layer (or once a hub lost it) `live` is False
+    and the ticks come every `poll` seconds instead, for the stream to read the table.
+    Subclasses may override `prepare` to work out their parts of an event once per process.
+    """
+
+    def __init__(self, groups: tuple[str, ...], *, tick: float, poll: float) -> None:
+        self.groups = groups
+        self.joined: list[str] = []
+        self.live = False
+        self._tick, self._poll = tick, poll
+        self._items: list[Shared] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = 0.0
+
+    @property
+    def tick(self) -> float:
+        return self._tick if self.live else self._poll
+
+    async def __aenter__(self) -> Self:
+        try:
+            for group in self.groups:
+                await Hub.join(group, self)
+                self.joined.append(group)
+            self.live = True
+        except Exception as exc:  # noqa: BLE001 — any transport failure: fall back to polling the table
+            logger.warning("live %s without the channel layer (polling the table): %s", self.groups[0], exc)
+            await self._leave()
+        self._due = time.monotonic() + self.tick
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        await self._leave()
+
+    async def _leave(self) -> None:
+        for group in self.joined:
+            try:
+                await Hub.leave(group, self)
+            except Exception:  # the stream is over either way
+                logger.debug("could not leave %s", group, exc_info=True)
+        self.joined = []
+
+    @classmethod
+    async def prepare(cls, event: Shared) -> None:
+        """Nothing to work out ahead: a stream reads the message itself."""
+
+    async def deliver(self, event: Shared) -> None:
+        self._items.append(event)
+        self._wake()
+
+    def lost(self) -> None:
+        self.live = False  # poll from now on
+        self._due = min(self._due, time.monotonic() + self._poll)
+        if self._timer is not None:  # armed for the later due time
+            self._timer.cancel()
+            self._timer = None
+        self._wake()
+
+    async def next(self, within: float | None = None, *, until: asyncio.Future[Any] | None = None) -> Shared | None:
+        """Return the next message, or None: at the tick due after a quiet spell, after `within`
+        seconds if sooner, or once `until` is done."""
+        loop = asyncio.get_running_loop()
+        deadline = None if within is None else time.monotonic() + within
+        if until is not None:
+            until.add_done_callback(self._woken)
+        try:
+            while not self._items:
+                now = time.monotonic()
+                if now >= self._due:
+                    self._due = now + self.tick
+                    return None
+                if (deadline is not None and now >= deadline) or (until is not None and until.done()):
+                    return None
+                self._arm(loop, min(self._due, deadline or self._due) - now)
+                self._waiter = loop.create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+        finally:
+            if until is not None:
+                until.remove_done_callback(self._woken)
+        self._due = time.monotonic() + self.tick
+        return self._items.pop(0)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        """Have a timer ring within `delay`: the one armed already if it rings by then."""
+        at = loop.time() + delay
+        if self._timer is not None and self._timer.when() <= at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(at, self._ring)
+
+    def _ring(self) -> None:
+        self._timer = None
+        self._wake()
+
+    def _woken(self, _: object) -> None:
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
 
 _anchors: dict[int, str] = {}  # event loop id → a channel this process never leaves

@@ -18,17 +18,15 @@ its frame encoded once, and each stream only writes the bytes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
 from django.db import close_old_connections, connection
@@ -41,7 +39,7 @@ from agents.runtime.driver import DriveResult
 from agents.services import tokens
 from dashboard.api_auth import ApiError
 from dashboard.auth import is_reviewer
-from dashboard.hub import Hub, Shared, keep_receiving
+from dashboard.hub import Shared, Watch
 
 T = TypeVar("T")
 
@@ -262,76 +260,6 @@ def _closing(func: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
-# -- the channel layer -------------------------------------------------------------------
-
-
-class _Live:
-    """Messages of one Channels group, or nothing (then streams poll the table).
-
-    One receive is always pending and never cancelled while the stream lasts: the pub/sub
-    layer drops a channel whose receive is cancelled (which is also how the channel is let
-    go at the end), so a timeout waits beside the pending receive instead.
-    """
-
-    def __init__(self, group: str, *, also: tuple[str, ...] = ()) -> None:
-        self.group = group
-        self.groups = (group, *also)  # `also`: the viewer's access groups
-        self.layer: Any = None
-        self.channel = ""
-        self._receiving: asyncio.Future[dict[str, Any]] | None = None
-
-    async def __aenter__(self) -> Self:
-        try:
-            layer = get_channel_layer()
-            await keep_receiving(layer)
-            self.channel = await layer.new_channel()
-            for group in self.groups:
-                await layer.group_add(group, self.channel)
-            self.layer = layer
-            self._receive()
-        except Exception as exc:  # noqa: BLE001 — any transport failure: fall back to polling the table
-            logger.warning("SSE on %s without the channel layer (polling the table): %s", self.group, exc)
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._receiving is not None:
-            await asyncio.sleep(0)  # a receive cancelled before it started would not let go
-            self._receiving.cancel()
-            with contextlib.suppress(BaseException):
-                await self._receiving
-        if self.layer is not None:
-            try:
-                for group in self.groups:
-                    await self.layer.group_discard(group, self.channel)
-            except Exception:  # the stream is over either way
-                logger.debug("could not leave %s", self.group, exc_info=True)
-
-    @property
-    def tick(self) -> float:
-        return HEARTBEAT_SECONDS if self.layer is not None else POLL_SECONDS
-
-    def _receive(self) -> None:
-        self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
-
-    async def next(self, timeout: float, *, until: asyncio.Future[Any] | None = None) -> dict[str, Any] | None:
-        """Return the next message, or None after `timeout` or once `until` is done."""
-        waiting = {future for future in (self._receiving, until) if future is not None}
-        if not waiting:
-            await asyncio.sleep(timeout)
-            return None
-        done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if self._receiving not in done:
-            return None
-        try:
-            message = self._receiving.result()
-        except Exception as exc:  # noqa: BLE001 — the layer broke mid-stream: poll from now on
-            logger.warning("SSE on %s lost the channel layer (polling the table): %s", self.group, exc)
-            self.layer = self._receiving = None
-            return None
-        self._receive()
-        return message
-
-
 # -- feeds: what a stream has sent, and what follows -------------------------------------
 
 
@@ -340,7 +268,9 @@ class _Feed(Protocol):
 
     async def stored(self) -> list[str]: ...
 
-    async def live(self, message: dict[str, Any]) -> list[str]: ...
+    async def idle(self, tick: float) -> list[str]: ...
+
+    async def live(self, event: Shared) -> list[str] | list[bytes]: ...
 
 
 def _payload(run_id: str, seq: int | None, event: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -364,7 +294,12 @@ class RunFeed:
             if len(rows) < REPLAY_BATCH:
                 return frames
 
-    async def live(self, message: dict[str, Any]) -> list[str]:
+    async def idle(self, tick: float) -> list[str]:
+        """Frames of the stored events after a quiet tick (a push lost, or no channel layer)."""
+        return await self.stored()
+
+    async def live(self, event: Shared) -> list[str]:
+        message = event.message
         seq = message["seq"]
         if seq is None:
             return [frame(message["event"], _payload(self.run_id, None, message["event"], message["data"]))]
@@ -419,17 +354,6 @@ class ApprovalFeed:
             if len(rows) < REPLAY_BATCH:
                 return frames
 
-    async def live(self, message: dict[str, Any]) -> list[str]:
-        """Frames of one live event received on this stream's own channel (not through a hub)."""
-        if message["event"] not in APPROVAL_EVENTS or message["seq"] is None:
-            return []
-        # Every approval stream of this process wants the same pk: one read (it never changes).
-        run_id, seq = message["run_id"], message["seq"]
-        pk = await _shared_read(("pk", run_id, seq), SHARED_MAX_AGE, _event_pk, run_id, seq)
-        if pk is None or pk in self._sent:
-            return []
-        return [self._frame(pk, message["run_id"], message["seq"], message["event"], message["data"])]
-
     @staticmethod
     async def prepare(event: Shared) -> tuple[int, bytes] | None:
         """Return a hub's event as (pk, encoded frame), read and encoded once; None: not an approval event."""
@@ -439,7 +363,11 @@ class ApprovalFeed:
         pk = await event.once(("sse-pk",), _closing(_event_pk), message["run_id"], message["seq"])
         return None if pk is None else (pk, event.memo(("sse-frame",), _encoded_frame, pk, message))
 
-    async def shared(self, event: Shared) -> list[bytes]:
+    async def idle(self, tick: float) -> list[str]:
+        """Frames of the stored events after a quiet tick; streams of this process share the read."""
+        return await self.stored(shared_for=min(RECHECK_SHARED_SECONDS, tick / 2))
+
+    async def live(self, event: Shared) -> list[bytes]:
         """The frame of a hub's event, unless it is no approval event or was sent already (replayed)."""
         found = await self.prepare(event)
         if found is None or found[0] in self._sent:
@@ -508,24 +436,29 @@ class _Quiet:
 
 
 async def _follow(
-    live: _Live, feed: _Feed, viewer: Viewer | None = None, *, until: asyncio.Future[Any] | None = None
-) -> AsyncIterator[str]:
+    watch: Watch, feed: _Feed, viewer: Viewer | None = None, *, until: asyncio.Future[Any] | None = None
+) -> AsyncIterator[str | bytes]:
     """Yield live frames, and a heartbeat after each quiet spell, until the feed ends or `until` is done.
 
-    The stream ends with an `access_ended` frame when its viewer's access ends: told so on
-    the access groups, or found so by the re-check at each heartbeat (a lost message).
+    A quiet tick re-reads the table (a lost push; no channel layer). The stream ends with an
+    `access_ended` frame when its viewer's access ends: told so on the access groups, or
+    found so by the re-check at each heartbeat (a lost message).
     """
     quiet = _Quiet()
     while not feed.ended:
-        message = await live.next(live.tick, until=until)
-        if message is None and until is not None and until.done():
+        event = await watch.next(until=until)
+        frames: list[str] | list[bytes]
+        if event is None and until is not None and until.done():
             return  # the caller drains: pushes still in flight first, then the table
-        if message is not None and message.get("type") == "access.check":
-            if viewer is not None and not await viewer.still_allowed(message):
+        if event is None:
+            frames = await feed.idle(watch.tick)
+        elif event.message.get("type") == "access.check":
+            if viewer is not None and not await viewer.still_allowed(event.message):
                 yield ACCESS_ENDED
                 return
             continue
-        frames = await (feed.live(message) if message is not None else feed.stored())
+        else:
+            frames = await feed.live(event)
         for chunk in frames:
             yield chunk
         extra = await quiet.after(sent=bool(frames), viewer=viewer)
@@ -535,17 +468,30 @@ async def _follow(
                 return
 
 
-async def run_stream(run_id: str, after: int, viewer: Viewer | None = None) -> AsyncIterator[str]:
+def _watch(group: str, viewer: Viewer | None = None) -> Watch:
+    """A stream's watch on `group` and, when it has a viewer, the viewer's access groups."""
+    return Watch((group, *(viewer.groups if viewer else ())), tick=HEARTBEAT_SECONDS, poll=POLL_SECONDS)
+
+
+class _ApprovalWatch(Watch):
+    """An approval stream's watch: each event's pk read, and its frame encoded, once per process."""
+
+    @classmethod
+    async def prepare(cls, event: Shared) -> None:
+        await ApprovalFeed.prepare(event)
+
+
+async def run_stream(run_id: str, after: int, viewer: Viewer | None = None) -> AsyncIterator[str | bytes]:
     """Yield a run's events after seq `after`, then live ones, until the run ends."""
     feed = RunFeed(run_id, after)
-    async with _Live(events.run_group(run_id), also=viewer.groups if viewer else ()) as live:
+    async with _watch(events.run_group(run_id), viewer) as watch:
         for chunk in await feed.stored():
             yield chunk
         if feed.ended or await feed.has_ended():
             return
         yield LIVE
-        async for chunk in _follow(live, feed, viewer):
-            yield chunk
+        async for part in _follow(watch, feed, viewer):
+            yield part
 
 
 async def approval_stream(after: int, viewer: Viewer | None = None) -> AsyncIterator[str | bytes]:
@@ -558,129 +504,16 @@ async def approval_stream(after: int, viewer: Viewer | None = None) -> AsyncIter
        after each quiet spell, and `access_ended` once the viewer's access ends.
     """
     feed = ApprovalFeed(after)
-    async with _Watch(viewer.groups if viewer else ()) as watch:
+    groups = (events.APPROVALS_GROUP, *(viewer.groups if viewer else ()))
+    async with _ApprovalWatch(groups, tick=HEARTBEAT_SECONDS, poll=POLL_SECONDS) as watch:
         for chunk in await feed.stored():
             yield chunk
         yield LIVE
-        async for part in _follow_hubs(watch, feed, viewer):
+        async for part in _follow(watch, feed, viewer):
             yield part
 
 
-async def _follow_hubs(watch: _Watch, feed: ApprovalFeed, viewer: Viewer | None) -> AsyncIterator[str | bytes]:
-    """`_follow` for a stream fed by hubs: the same heartbeats, idle looks and access checks."""
-    quiet = _Quiet()
-    while True:
-        event = await watch.next()
-        frames: list[str] | list[bytes]
-        if event is None:  # quiet for a tick: look at the table (a lost push; no channel layer)
-            frames = await feed.stored(shared_for=min(RECHECK_SHARED_SECONDS, watch.tick / 2))
-        elif event.message.get("type") == "access.check":
-            if viewer is not None and not await viewer.still_allowed(event.message):
-                yield ACCESS_ENDED
-                return
-            continue
-        else:
-            frames = await feed.shared(event)
-        for chunk in frames:
-            yield chunk
-        extra = await quiet.after(sent=bool(frames), viewer=viewer)
-        if extra is not None:
-            yield extra
-            if extra == ACCESS_ENDED:
-                return
-
-
-class _Watch:
-    """A stream's place in this process's hubs: the approvals group and its viewer's access groups.
-
-    The hubs append their messages here and the stream takes them in order. Waiting costs no
-    timer per message: one timer per quiet spell says when a tick is due, and a message only
-    moves the due time. Without a channel layer (or once a hub lost it) the stream ticks every
-    POLL_SECONDS and reads the table instead.
-    """
-
-    def __init__(self, access_groups: tuple[str, ...]) -> None:
-        self.groups = (events.APPROVALS_GROUP, *access_groups)
-        self.joined: list[str] = []
-        self.live = False
-        self._items: list[Shared] = []
-        self._waiter: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._due = 0.0
-
-    @property
-    def tick(self) -> float:
-        return HEARTBEAT_SECONDS if self.live else POLL_SECONDS
-
-    async def __aenter__(self) -> Self:
-        try:
-            for group in self.groups:
-                await Hub.join(group, self)
-                self.joined.append(group)
-            self.live = True
-        except Exception as exc:  # noqa: BLE001 — any transport failure: fall back to polling the table
-            logger.warning("SSE approvals without the channel layer (polling the table): %s", exc)
-            await self._leave()
-        self._due = time.monotonic() + self.tick
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        await self._leave()
-
-    async def _leave(self) -> None:
-        for group in self.joined:
-            try:
-                await Hub.leave(group, self)
-            except Exception:  # the stream is over either way
-                logger.debug("could not leave %s", group, exc_info=True)
-        self.joined = []
-
-    @classmethod
-    async def prepare(cls, event: Shared) -> None:
-        await ApprovalFeed.prepare(event)
-
-    async def deliver(self, event: Shared) -> None:
-        self._items.append(event)
-        self._wake()
-
-    def lost(self) -> None:
-        self.live = False  # poll from now on
-        self._due = min(self._due, time.monotonic() + POLL_SECONDS)
-        if self._timer is not None:  # armed for the later due time
-            self._timer.cancel()
-            self._timer = None
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def next(self) -> Shared | None:
-        """Return the next message, or None once `tick` seconds passed without one."""
-        loop = asyncio.get_running_loop()
-        while not self._items:
-            now = time.monotonic()
-            if now >= self._due:
-                self._due = now + self.tick
-                return None
-            if self._timer is None:
-                self._timer = loop.call_later(self._due - now, self._ring)
-            self._waiter = loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        self._due = time.monotonic() + self.tick
-        return self._items.pop(0)
-
-    def _ring(self) -> None:
-        self._timer = None
-        self._wake()
-
-
-async def drive_stream(run_id: str, after: int) -> AsyncIterator[str]:
+async def drive_stream(run_id: str, after: int) -> AsyncIterator[str | bytes]:
     """Drive a run in this process and yield its events until the drive returns.
 
     1. Join the run's group, then replay what followed `after` (the decision that led here).
@@ -690,36 +523,36 @@ async def drive_stream(run_id: str, after: int) -> AsyncIterator[str]:
        table, and end with an `end` frame saying where the run stands.
     """
     feed = RunFeed(run_id, after)
-    async with _Live(events.run_group(run_id)) as live:
+    async with _watch(events.run_group(run_id)) as watch:
         for chunk in await feed.stored():
             yield chunk
         yield LIVE
         drive = asyncio.ensure_future(sync_to_async(_drive, thread_sensitive=False)(run_id))
-        async for chunk in _follow(live, feed, until=drive):
-            yield chunk
+        async for part in _follow(watch, feed, until=drive):
+            yield part
         try:
             result = await drive
         except Exception as exc:  # the 200 is sent: report it on the stream
             logger.exception("driving %s from a request failed", run_id)
             yield frame("error", {"error_code": "internal_error", "message": f"{type(exc).__name__}: {exc}"})
             return
-        async for chunk in _drain(live, feed):
+        async for chunk in _drain(watch, feed):
             yield chunk
     if not result.driven:
         yield frame("error", await _read(_lease_error, run_id))
     yield frame("end", {"run_id": run_id, "status": result.status, "driven": result.driven})
 
 
-async def _drain(live: _Live, feed: RunFeed) -> AsyncIterator[str]:
+async def _drain(watch: Watch, feed: RunFeed) -> AsyncIterator[str]:
     """Yield what the finished drive published and this stream has not sent yet."""
     state = await _read(_run_state, feed.run_id)
     target = state[1] if state else feed.last
     deadline = time.monotonic() + DRAIN_SECONDS
-    while feed.last < target and live.layer is not None and (left := deadline - time.monotonic()) > 0:
-        message = await live.next(left)
-        if message is None:
-            break
-        for chunk in await feed.live(message):
+    while feed.last < target and watch.live and (left := deadline - time.monotonic()) > 0:
+        event = await watch.next(left)
+        if event is None:
+            continue  # a tick, or the time is up (the loop's condition says which)
+        for chunk in await feed.live(event):
             yield chunk
     for chunk in await feed.stored():
         yield chunk

@@ -15,9 +15,10 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agents import runtime, services
+from agents import events, runtime, services
 from agents.models import RunEvent
 from dashboard import hub, sse
+from dashboard.hub import Shared, Watch
 from tests.support import flows
 
 REFUND = "Refund order A1001 for 25.00 USD"
@@ -64,9 +65,9 @@ async def test_it_fills_a_lost_push_from_the_table_and_drops_duplicates() -> Non
     feed = sse.RunFeed(run.id, 1)
     last = stored[-1]
     # Only the last push arrived: the ones between come from the table, in order.
-    frames = await feed.live({"run_id": run.id, "seq": last.seq, "event": last.type, "data": last.data})
+    frames = await feed.live(Shared({"run_id": run.id, "seq": last.seq, "event": last.type, "data": last.data}))
     assert [int(f.split("\n")[0].removeprefix("id: ")) for f in frames] == [e.seq for e in stored[1:]]
-    assert await feed.live({"run_id": run.id, "seq": 2, "event": stored[1].type, "data": stored[1].data}) == []
+    assert await feed.live(Shared({"run_id": run.id, "seq": 2, "event": stored[1].type, "data": stored[1].data})) == []
 
 
 @pytest.mark.django_db(transaction=True)
@@ -74,7 +75,7 @@ async def test_it_streams_from_the_table_when_the_channel_layer_is_down(monkeypa
     def broken() -> None:
         raise ConnectionError("redis is down")
 
-    monkeypatch.setattr(sse, "get_channel_layer", broken)
+    monkeypatch.setattr(hub, "get_channel_layer", broken)
     monkeypatch.setattr(sse, "POLL_SECONDS", 0.05)
     run = await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
     stream = sse.run_stream(run.id, 0)
@@ -133,6 +134,51 @@ async def test_it_ends_a_stream_at_a_heartbeat_when_the_end_of_access_went_unann
             await _next(stream)
     finally:
         await stream.aclose()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_feeds_every_stream_of_one_run_from_one_subscription() -> None:
+    run = await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False)
+    before = await in_thread(_subscribed)
+    streams = [sse.run_stream(run.id, 0) for _ in range(3)]
+    try:
+        for stream in streams:
+            assert await _next(stream) == sse.LIVE
+        channels = await in_thread(_subscribed) - before
+        assert f"asgi__group__{events.run_group(run.id)}".encode() in channels
+        assert len([c for c in channels if b"__group__" not in c]) <= 2  # the run's hub, an anchor
+        await in_thread(runtime.drive, run.id)
+        seen = [await _until_approval_required(stream) for stream in streams]
+        assert seen[0] == seen[1] == seen[2]  # every stream got every event, deltas too, in order
+        assert any(chunk.startswith("event: delta") for chunk in seen[0])
+    finally:
+        for stream in streams:
+            await stream.aclose()
+
+
+async def _until_approval_required(stream: AsyncIterator[str | bytes]) -> list[str]:
+    chunks: list[str] = []
+    while not chunks or "event: approval_required" not in chunks[-1]:
+        chunks.append(_text(await _next(stream)))
+    return chunks
+
+
+async def test_a_watch_wakes_for_a_message_a_deadline_or_a_finished_task() -> None:
+    async with Watch((), tick=30.0, poll=30.0) as watch:  # no groups: fed by hand
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await watch.next(0.05) is None  # `within`, long before the tick
+        assert 0.04 <= loop.time() - started < 1.0
+        done = loop.create_future()
+        loop.call_later(0.05, done.set_result, None)
+        assert await watch.next(until=done) is None and done.done()
+        loop.call_later(0.05, lambda: asyncio.ensure_future(watch.deliver(Shared({"n": 1}))))
+        event = await watch.next(5.0)
+        assert event is not None and event.message == {"n": 1}
+    async with Watch((), tick=0.05, poll=0.05) as ticking:
+        started = loop.time()
+        assert await ticking.next() is None  # the tick
+        assert 0.04 <= loop.time() - started < 1.0
 
 
 # -- the approval feed: one subscription per process ---------------------------------------
