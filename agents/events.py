@@ -122,17 +122,17 @@ def record(*, run_id: str, last_seq: int, items: list[tuple[str, dict[str, Any]]
     # What models and tools said is repaired, never refused: a lone surrogate would fail
     # PostgreSQL's jsonb, and every later SSE frame or push of the event.
     items = [(type, text.repair(data, max_depth=_MAX_DEPTH)) for type, data in items]
-    RunEvent.objects.bulk_create(
+    rows = RunEvent.objects.bulk_create(
         RunEvent(run_id=run_id, seq=first + offset, type=type, data=data) for offset, (type, data) in enumerate(items)
     )
-    for offset, (type, data) in enumerate(items):
-        message = _message(run_id, first + offset, type, data)
-        groups = _groups(run_id, type)
-        transaction.on_commit(functools.partial(_send, groups, message))
+    for row in rows:
+        message = _message(run_id, row.seq, row.type, row.data, pk=row.pk)
+        transaction.on_commit(functools.partial(_send, _groups(run_id, row.type), message))
 
 
-def _message(run_id: str, seq: int | None, type: str, data: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "run.event", "run_id": run_id, "seq": seq, "event": type, "data": data}
+def _message(run_id: str, seq: int | None, type: str, data: dict[str, Any], *, pk: int | None = None) -> dict[str, Any]:
+    """The channel-layer message of an event; `pk`, the RunEvent's primary key, saves readers a read."""
+    return {"type": "run.event", "run_id": run_id, "seq": seq, "event": type, "data": data, "pk": pk}
 
 
 def _groups(run_id: str, type: str) -> list[str]:

@@ -25,7 +25,7 @@ from dashboard import sse
 from dashboard.api_auth import Forbidden, signed_in
 from dashboard.api_schemas import ErrorOut, Id, JsonObject
 from dashboard.auth import is_reviewer
-from dashboard.hub import Watch
+from dashboard.hub import Watch, read
 
 GATE = "agents.gate_external"
 MAX_WAIT_SECONDS = 60
@@ -121,13 +121,13 @@ async def approval_wait(
 ) -> dict[str, Any]:
     """Wait up to `timeout` seconds (60 at most) for a decision; answer at once when there is one."""
     owner = await sync_to_async(_waiter)(request.auth)  # type: ignore[attr-defined]
-    found = await sse._read(partial(external_call_get, owner=owner, approval_id=approval_id))
+    found = await read(partial(external_call_get, owner=owner, approval_id=approval_id))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     # Any message of the run's group, or a quiet tick, is the cue to read the approval again.
     async with Watch((events.run_group(found.call.run_id),), tick=RECHECK_SECONDS, poll=sse.POLL_SECONDS) as watch:
         while True:
-            state = await sse._read(_state, approval_id)
+            state = await read(_state, approval_id)
             remaining = deadline - loop.time()
             if state["status"] != Approval.Status.PENDING or remaining <= 0:
                 return state

@@ -21,13 +21,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, Self, TypeVar
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.db import connection
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 BATCH = 100  # members served between two yields to the event loop
+AHEAD = 64  # messages received and being prepared ahead of the one being served
 
 
 class Member(Protocol):
@@ -40,6 +42,28 @@ class Member(Protocol):
 
     def lost(self) -> None:
         """The hub lost its channel layer: no further message will come."""
+
+
+async def read(func: Callable[..., T], *args: Any, spread: bool = False) -> T:
+    """Run one short blocking read off the event loop; its database connection is closed at once.
+
+    A stream lasts hours: holding a connection (or a thread) for each would run the database
+    (and the process) out of them. `spread`: on any pool thread rather than the one Django
+    keeps for thread-sensitive calls (outside a request, one for the whole process), where a
+    busy group's reads queued one behind the other.
+    """
+    return await sync_to_async(_closing(func), thread_sensitive=not spread)(*args)
+
+
+def _closing(func: Callable[..., T]) -> Callable[..., T]:
+    def run(*args: Any) -> T:
+        try:
+            return func(*args)
+        finally:
+            if not connection.in_atomic_block:
+                connection.close()
+
+    return run
 
 
 class Shared:
@@ -55,7 +79,7 @@ class Shared:
         self._parts: dict[tuple[Any, ...], Any] = {}
 
     async def once(self, key: tuple[Any, ...], func: Callable[..., T], *args: Any) -> T:
-        return await self.once_async(key, lambda: database_sync_to_async(func)(*args))
+        return await self.once_async(key, lambda: read(func, *args, spread=True))
 
     async def once_async(self, key: tuple[Any, ...], make: Callable[[], Awaitable[T]]) -> T:
         """`once` for a coroutine: the first member to ask runs it, as a task, for all."""
@@ -141,22 +165,40 @@ class Hub:
             await self.layer.group_discard(self.group, self.channel)
 
     async def _run(self) -> None:
-        while True:
-            try:
-                message = await self.layer.receive(self.channel)
-            except Exception as exc:  # noqa: BLE001 — the layer broke: tell the members, let a new hub try
-                logger.warning("live %s lost the channel layer: %s", self.group, exc)
-                self._drop()
-                return
-            event = Shared(message)
-            members = list(self.members)
-            # Before any member is served: each then finds the parts done and only sends,
-            # rather than all of them waiting on one read and waking together.
-            for kind in dict.fromkeys(type(member) for member in members):
+        """Receive the group's messages while the ones before are served, in the order they came.
+
+        Each message's parts (`prepare`: a table read, say) are worked out as it arrives, not
+        when the one before it has been served: at a few reads' time apart, one slow read
+        used to hold up every later receive, and under load the group fell seconds behind.
+        """
+        received: asyncio.Queue[tuple[Shared, asyncio.Future[None]]] = asyncio.Queue(AHEAD)
+        serving = asyncio.ensure_future(self._serve(received))
+        try:
+            while True:
                 try:
-                    await kind.prepare(event)
-                except Exception:  # a member works it out itself (and logs why it cannot)
-                    logger.warning("could not prepare %s for live connections", message.get("type"), exc_info=True)
+                    message = await self.layer.receive(self.channel)
+                except Exception as exc:  # noqa: BLE001 — the layer broke: tell the members, let a new hub try
+                    logger.warning("live %s lost the channel layer: %s", self.group, exc)
+                    self._drop()
+                    return
+                event = Shared(message)
+                await received.put((event, asyncio.ensure_future(self._prepare(event))))
+        finally:
+            serving.cancel()
+
+    async def _prepare(self, event: Shared) -> None:
+        """Work out each kind of member's parts, so that members then find them done and only send."""
+        for kind in dict.fromkeys(type(member) for member in self.members):
+            try:
+                await kind.prepare(event)
+            except Exception:  # a member works it out itself (and logs why it cannot)
+                logger.warning("could not prepare %s for live connections", event.message.get("type"), exc_info=True)
+
+    async def _serve(self, received: asyncio.Queue[tuple[Shared, asyncio.Future[None]]]) -> None:
+        while True:
+            event, prepared = await received.get()
+            await prepared  # it never raises: _prepare logs what failed
+            members = list(self.members)
             for index, member in enumerate(members):
                 if index and not index % BATCH:
                     await asyncio.sleep(0)  # let what was sent so far go out
@@ -165,7 +207,7 @@ class Hub:
                 try:
                     await member.deliver(event)
                 except Exception:  # one member (a socket closing, say) must not stop the others
-                    logger.warning("could not hand %s to a live connection", message.get("type"), exc_info=True)
+                    logger.warning("could not hand %s to a live connection", event.message.get("type"), exc_info=True)
 
     def _drop(self) -> None:
         for key, hub in list(self._hubs.items()):

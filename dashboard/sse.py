@@ -11,8 +11,8 @@ table, and an idle stream re-reads the table whenever it sends a heartbeat.
 
 `id` is the run's event seq; `delta` frames (streamed tokens) have none, being live only.
 The approval feed spans runs, so its ids are RunEvent primary keys instead. Its streams,
-thousands per process, share one subscription (dashboard.hub): each event's pk is read and
-its frame encoded once, and each stream only writes the bytes.
+thousands per process, share one subscription (dashboard.hub): each event's frame is
+encoded once, with the pk its message carries, and each stream only writes the bytes.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
@@ -39,7 +39,7 @@ from agents.runtime.driver import DriveResult
 from agents.services import tokens
 from dashboard.api_auth import ApiError
 from dashboard.auth import is_reviewer
-from dashboard.hub import Shared, Watch
+from dashboard.hub import Shared, Watch, read
 
 T = TypeVar("T")
 
@@ -185,14 +185,14 @@ class Viewer:
             return False
         if message is None:
             return await _shared_read(("allowed", self), RECHECK_SHARED_SECONDS, _may_still_watch, self)
-        return await _read(_may_still_watch, self)
+        return await read(_may_still_watch, self)
 
 
 async def viewer_of(request: HttpRequest) -> Viewer:
     """Return the viewer of an authenticated API request (its token, else its session)."""
     user = request.auth  # type: ignore[attr-defined]  # what ninja's authentication returned: the user, resolved already
     token = _bearer(request)
-    token_id = await _read(_token_id, token) if token else None
+    token_id = await read(_token_id, token) if token else None
     return Viewer(user_id=user.pk, token_id=token_id, session_key=None if token else request.session.session_key)
 
 
@@ -218,20 +218,11 @@ def _may_still_watch(viewer: Viewer) -> bool:
     return True
 
 
-async def _read(func: Callable[..., T], *args: Any) -> T:
-    """Run one short table read off the event loop; its connection is closed at once.
-
-    A stream lasts hours: holding a connection (or a thread) for each would run the
-    database (and the process) out of them.
-    """
-    return await sync_to_async(_closing(func))(*args)
-
-
 _shared: dict[tuple[Any, ...], tuple[int, float, asyncio.Future[Any]]] = {}
 
 
 async def _shared_read(key: tuple[Any, ...], max_age: float, func: Callable[..., T], *args: Any) -> T:
-    """`_read`, made once for every stream of this process asking the same within `max_age` seconds.
+    """`read`, made once for every stream of this process asking the same within `max_age` seconds.
 
     With thousands of streams open, one event (or one heartbeat round) made as many reads
     of the same row, each a thread hop and a database connection.
@@ -242,22 +233,11 @@ async def _shared_read(key: tuple[Any, ...], max_age: float, func: Callable[...,
         if len(_shared) > 10_000:  # forget what is too old to be shared
             for stale in [k for k, (_, at, _f) in _shared.items() if now - at > SHARED_MAX_AGE]:
                 del _shared[stale]
-        found = _shared[key] = (loop, now, asyncio.ensure_future(_read(func, *args)))
+        found = _shared[key] = (loop, now, asyncio.ensure_future(read(func, *args)))
     if found[2].done():
         return found[2].result()
     # Shielded: a stream closing while it waits must not cancel the read for the others.
     return await asyncio.shield(found[2])
-
-
-def _closing(func: Callable[..., T]) -> Callable[..., T]:
-    def run(*args: Any) -> T:
-        try:
-            return func(*args)
-        finally:
-            if not connection.in_atomic_block:
-                connection.close()
-
-    return run
 
 
 # -- feeds: what a stream has sent, and what follows -------------------------------------
@@ -289,7 +269,7 @@ class RunFeed:
         """Frames of the stored events after the last one sent (replay, gaps, idle checks)."""
         frames: list[str] = []
         while True:
-            rows = await _read(_run_events_after, self.run_id, self.last)
+            rows = await read(_run_events_after, self.run_id, self.last)
             frames += [self._sent(seq, type, data) for seq, type, data in rows]
             if len(rows) < REPLAY_BATCH:
                 return frames
@@ -311,7 +291,7 @@ class RunFeed:
 
     async def has_ended(self) -> bool:
         """Return whether the run ended and every stored event was sent (a late Last-Event-ID)."""
-        state = await _read(_run_state, self.run_id)
+        state = await read(_run_state, self.run_id)
         return state is None or (state[0] in Run.TERMINAL and state[1] <= self.last)
 
     def _sent(self, seq: int, event: str, data: dict[str, Any]) -> str:
@@ -326,8 +306,8 @@ class ApprovalFeed:
 
     Primary keys are handed out at INSERT and transactions may commit out of that order
     (PostgreSQL), so live events are deduplicated by the pks sent rather than by the highest.
-    A live event comes from this process's hub (`shared`): its pk is read and its frame
-    encoded once for every stream, which only checks that it has not sent it yet.
+    A live event comes from this process's hub (`live`): its frame is encoded once for every
+    stream, which only checks that it has not sent it yet.
     """
 
     ended = False
@@ -349,7 +329,7 @@ class ApprovalFeed:
                 key = ("approval-events-after", self.last)
                 rows = await _shared_read(key, shared_for, _approval_events_after, self.last)
             else:
-                rows = await _read(_approval_events_after, self.last)
+                rows = await read(_approval_events_after, self.last)
             frames += [self._frame(*row) for row in rows]  # all newer than any pk sent
             if len(rows) < REPLAY_BATCH:
                 return frames
@@ -360,7 +340,9 @@ class ApprovalFeed:
         message = event.message
         if message.get("event") not in APPROVAL_EVENTS or message.get("seq") is None:
             return None
-        pk = await event.once(("sse-pk",), _closing(_event_pk), message["run_id"], message["seq"])
+        pk = message.get("pk")  # None: a message sent without it (a publisher of an older version)
+        if pk is None:
+            pk = await event.once(("sse-pk",), _event_pk, message["run_id"], message["seq"])
         return None if pk is None else (pk, event.memo(("sse-frame",), _encoded_frame, pk, message))
 
     async def idle(self, tick: float) -> list[str]:
@@ -474,7 +456,7 @@ def _watch(group: str, viewer: Viewer | None = None) -> Watch:
 
 
 class _ApprovalWatch(Watch):
-    """An approval stream's watch: each event's pk read, and its frame encoded, once per process."""
+    """An approval stream's watch: each event's frame encoded once per process."""
 
     @classmethod
     async def prepare(cls, event: Shared) -> None:
@@ -539,13 +521,13 @@ async def drive_stream(run_id: str, after: int) -> AsyncIterator[str | bytes]:
         async for chunk in _drain(watch, feed):
             yield chunk
     if not result.driven:
-        yield frame("error", await _read(_lease_error, run_id))
+        yield frame("error", await read(_lease_error, run_id))
     yield frame("end", {"run_id": run_id, "status": result.status, "driven": result.driven})
 
 
 async def _drain(watch: Watch, feed: RunFeed) -> AsyncIterator[str]:
     """Yield what the finished drive published and this stream has not sent yet."""
-    state = await _read(_run_state, feed.run_id)
+    state = await read(_run_state, feed.run_id)
     target = state[1] if state else feed.last
     deadline = time.monotonic() + DRAIN_SECONDS
     while feed.last < target and watch.live and (left := deadline - time.monotonic()) > 0:

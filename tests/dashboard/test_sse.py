@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
@@ -235,6 +236,52 @@ async def test_it_feeds_every_approval_stream_from_one_subscription_and_one_enco
     assert _event_id(frames[0]) == (await in_thread(_approval_event_pks))[-1]
     left = await in_thread(_subscribed) - before
     assert all(b"sse-anchor." in channel for channel in left), left  # the hubs let go
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_takes_a_live_events_pk_from_the_message_without_a_read(
+    monkeypatch: pytest.MonkeyPatch, alice: User
+) -> None:
+    def no_read(run_id: str, seq: int) -> None:
+        raise AssertionError("the pk came with the message: no read")
+
+    monkeypatch.setattr(sse, "_event_pk", no_read)
+    stream = sse.approval_stream(0, sse.Viewer(user_id=alice.pk))
+    try:
+        assert await _next(stream) == sse.LIVE
+        await in_thread(flows.start, REFUND)
+        chunk = await _until_frame(stream)
+    finally:
+        await stream.aclose()
+    assert _event_id(chunk) == (await in_thread(_approval_event_pks))[-1]
+
+
+class _Slow(Watch):
+    """A member whose first message takes until the second one's parts are being worked out."""
+
+    started: list[int] = []
+    second: asyncio.Event
+
+    @classmethod
+    async def prepare(cls, event: Shared) -> None:
+        cls.started.append(event.message["n"])
+        if event.message["n"] == 2:
+            cls.second.set()
+        if event.message["n"] == 1:
+            await cls.second.wait()
+
+
+async def test_a_hub_prepares_a_message_while_the_one_before_is_still_being_prepared() -> None:
+    _Slow.started, _Slow.second = [], asyncio.Event()
+    group = "test.hub.ahead"
+    async with _Slow((group,), tick=30.0, poll=30.0) as watch:
+        assert watch.live
+        layer = get_channel_layer()
+        for n in (1, 2, 3):
+            await layer.group_send(group, {"type": "test.message", "n": n})
+        got = [await asyncio.wait_for(watch.next(), 5.0) for _ in range(3)]
+    assert [event.message["n"] for event in got if event] == [1, 2, 3]  # served in the order sent
+    assert _Slow.started[:2] == [1, 2]
 
 
 @pytest.mark.django_db(transaction=True)
