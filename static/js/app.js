@@ -57,6 +57,44 @@
     }
   });
 
+  // The inbox's list is fetched again whenever its socket (re)opens. A card the reviewer is
+  // working on (typed in, focused, or with its decision on the way) goes into the new list
+  // as it is: a fresh copy would drop what they typed, and the answer of a decision in
+  // flight would land on a card no longer shown. It is taken out before htmx swaps the
+  // list (so htmx leaves it whole) and put back in its fresh copy's place, or at the end.
+  var carried = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var list = event.detail.target;
+    if (!list || list.id !== "inbox-list" || !event.detail.shouldSwap) return;
+    var focused = document.activeElement;
+    carried = { cards: [], focused: null, caret: null };
+    list.querySelectorAll("#inbox-cards > .card").forEach(function (card) {
+      if (!workedOn(card) && !card.matches(".deciding")) return;
+      if (card.contains(focused)) {
+        carried.focused = focused;
+        if (typeof focused.selectionStart === "number") carried.caret = [focused.selectionStart, focused.selectionEnd];
+      }
+      card.remove();
+      carried.cards.push(card);
+    });
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    if (!carried || !event.detail.target || event.detail.target.id !== "inbox-list") return;
+    var list = document.getElementById("inbox-cards");
+    carried.cards.forEach(function (card) {
+      var fresh = document.getElementById(card.id);
+      if (fresh) fresh.replaceWith(card);
+      else if (list) list.appendChild(card);  // off the first page now, or decided meanwhile: the server says which
+    });
+    var focused = carried.focused;
+    if (focused && document.contains(focused)) {
+      focused.focus({ preventScroll: true });
+      if (carried.caret) focused.setSelectionRange(carried.caret[0], carried.caret[1]);
+    }
+    carried = null;
+    document.dispatchEvent(new CustomEvent("agentfast:selection"));
+  });
+
   // A card has the reviewer's attention when focus is in it or it holds text they typed.
   function workedOn(card) {
     if (card.contains(document.activeElement) && document.activeElement !== document.body) return true;

@@ -73,3 +73,42 @@ def test_it_names_what_each_decision_sends_and_keeps_feedback_from_an_approval(v
     approval.refresh_from_db()
     assert (approval.status, approval.note, approval.feedback) == ("rejected", "Half now", "Offer 15.00 instead")
     assert alices.errors == []
+
+
+def _fetched_again(response) -> bool:
+    return response.request.headers.get("hx-request") == "true" and "/approvals/" not in response.url
+
+
+def test_it_keeps_a_worked_on_card_whole_when_the_list_is_fetched_again(viewer, alice):
+    """The list comes again at every (re)connect: the card being typed in, and a decision on
+    its way, stay as they are, and the answer of that decision still reaches the card."""
+    [first] = pending(start(REFUND, auto_resume=False))
+    [second] = pending(start(REFUND, auto_resume=False))
+    page = (alices := viewer("alice")).page
+    card, note = f"#card-{first.id}", f"#card-{first.id} textarea[name=note]"
+    page.wait_for_selector(".live[data-state=open]")
+    page.click(f"{card} [data-action=reject]")
+    page.fill(note, "not this one")
+    page.eval_on_selector(card, "card => { card.dataset.marker = 'kept'; }")
+    page.eval_on_selector(f"#card-{second.id}", "card => { card.dataset.marker = 'stale'; }")
+
+    with page.expect_response(_fetched_again):
+        page.evaluate("htmx.trigger('#inbox', 'htmx:wsOpen')")  # what a reconnect does
+    assert page.get_attribute(card, "data-marker") == "kept"  # the same element, not a fresh copy
+    assert page.get_attribute(f"#card-{second.id}", "data-marker") is None  # the other one is fresh
+    assert page.input_value(note) == "not this one"
+    assert page.evaluate("document.activeElement.name") == "note"
+
+    held = []
+    page.route(f"**/approvals/{first.id}/decide", lambda route: held.append(route))
+    page.click(f"{card} button.danger")
+    page.wait_for_selector(f"{card}.deciding")
+    while not held:
+        page.wait_for_timeout(20)
+    with page.expect_response(_fetched_again):
+        page.evaluate("htmx.trigger('#inbox', 'htmx:wsOpen')")
+    held[0].fulfill(status=500, body="boom")
+    page.wait_for_selector(f"{card} .decide-error")
+    assert page.input_value(note) == "not this one"
+    assert Approval.objects.get(pk=first.id).status == Approval.Status.PENDING
+    assert alices.errors == []
