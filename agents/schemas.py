@@ -111,10 +111,19 @@ class Decision(ApprovalDetail):
     grant_id: str | None = None  # the standing grant the decision created (`remember`)
 
     @classmethod
-    def of_decision(cls, approval: Approval, *, outcome: str, resume_enqueued: bool, grant_id: str = "") -> Self:
+    def of_decision(
+        cls,
+        approval: Approval,
+        *,
+        outcome: str,
+        resume_enqueued: bool,
+        grant_id: str = "",
+        votes: list[Vote] | None = None,
+    ) -> Self:
+        """Shape a decision's answer; `votes`, when the decision knows them all, saves reading them back."""
         return cls.model_validate(
             {
-                **_approval_detail(approval),
+                **_approval_detail(approval, votes),
                 "outcome": outcome,
                 "resume_enqueued": resume_enqueued,
                 "grant_id": grant_id or None,
@@ -271,9 +280,10 @@ def _approval_summary(approval: Approval) -> dict[str, Any]:
     }
 
 
-def _approval_detail(approval: Approval) -> dict[str, Any]:
+def _approval_detail(approval: Approval, votes: list[Vote] | None = None) -> dict[str, Any]:
     # One read of the votes gives both the list and the tally (counted_voters' order).
-    votes = list(approval.votes.order_by("created_at", "id"))
+    if votes is None:
+        votes = list(approval.votes.order_by("created_at", "id"))
     digest = approval.digest
     counted = [
         vote.voter for vote in votes if vote.decision == Approval.Status.APPROVED and vote.arguments_digest == digest

@@ -103,12 +103,20 @@ def run_write(
     return None if row is None else row[0]
 
 
-def run_reserve_events(*, run_id: str, count: int, columns: tuple[str, ...] = ()) -> tuple[Any, ...]:
-    """Reserve `count` event seqs of a run; return the last one and these columns, read under its row lock."""
+def run_reserve_events(
+    *, run_id: str, count: int, columns: tuple[str, ...] = (), pending_suspend: bool = False
+) -> tuple[Any, ...]:
+    """Reserve `count` event seqs of a run; return the last one and these columns, read under its row lock.
+
+    With `pending_suspend`, the last value says whether a suspend approval of the run is
+    still pending, as this transaction sees it (a decision asks in the same round trip).
+    """
     returning = ", ".join(["last_event_seq", *(connection.ops.quote_name(c) for c in columns)])
-    row = _one(
-        f"UPDATE {_RUN} SET last_event_seq = last_event_seq + %s WHERE id = %s RETURNING {returning}", [count, run_id]
-    )
+    params: list[Any] = [count, run_id]
+    if pending_suspend:
+        returning += f", EXISTS ({_PENDING_SUSPEND})"
+        params += _PENDING_SUSPEND_PARAMS
+    row = _one(f"UPDATE {_RUN} SET last_event_seq = last_event_seq + %s WHERE id = %s RETURNING {returning}", params)
     if row is None:
         raise LookupError(f"no run {run_id}")
     return tuple(row)

@@ -304,7 +304,11 @@ def approval_decide(request: HttpRequest, approval_id: Id, body: DecideIn) -> sc
     grant_id = decision.grant.id if decision.grant else ""
     # The approval as the decision left it (its row was read under the lock and updated in memory).
     return schemas.Decision.of_decision(
-        decision.approval, outcome=decision.outcome, resume_enqueued=decision.resume_enqueued, grant_id=grant_id
+        decision.approval,
+        outcome=decision.outcome,
+        resume_enqueued=decision.resume_enqueued,
+        grant_id=grant_id,
+        votes=decision.votes,
     )
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from django.db import connection, transaction
-from django.db.models import Field, Model
+from django.db.models import Exists, Field, Model
 from django.utils import timezone
 
 from agents import events, notify, queue, sql, text
@@ -30,6 +30,7 @@ class Decision:
     outcome: str  # AuditEntry.Outcome: decided, voted (the quorum is not reached yet) or idempotent
     resume_enqueued: bool = False
     grant: Grant | None = None  # the standing grant this decision created (`remember`)
+    votes: list[Vote] | None = None  # the approval's votes when known without a read (None: read them)
 
 
 @dataclass(frozen=True)
@@ -94,11 +95,7 @@ def approval_decide(
     ask = _Ask(decision, attempt, note, feedback, arguments, payload, auto_resume)
     result, mismatch = None, ""
     with _one_writer(), transaction.atomic():
-        # The run's row first, as run_cancel does, so a decision and a cancel never interleave:
-        # a cancel that came first has expired this approval, and the compare-and-set fails.
-        # Then the approval's: concurrent votes count one at a time, so one of them decides.
-        _lock_run(approval.run_id)
-        locked = Approval.objects.select_for_update().select_related("tool_call", "run").get(pk=approval.pk)
+        locked = _lock_for_decision(approval)
         if locked.status == Approval.Status.PENDING:
             if expect_digest and not _same_digest(expect_digest, locked.digest):
                 mismatch = locked.digest
@@ -118,6 +115,21 @@ def approval_decide(
     if result is not None:
         return result
     return _refuse_or_repeat(approval.pk, decision, attempt, note, arguments)
+
+
+def _lock_for_decision(approval: Approval) -> Approval:
+    """Lock the run's row, then the approval's (with its call and run), in one statement; return it as locked.
+
+    The run's row first, as run_cancel does, so a decision and a cancel never interleave: a
+    cancel that came first has expired this approval, and the compare-and-set fails. Then
+    the approval's: concurrent votes count one at a time, so one of them decides. On
+    PostgreSQL the run's lock is the sub-select's, a one-time filter evaluated before the
+    approval is read; the rows are then locked as their latest committed versions.
+    """
+    rows = Approval.objects.select_for_update().select_related("tool_call", "run").filter(pk=approval.pk)
+    if connection.features.has_select_for_update:  # SQLite: BEGIN IMMEDIATE holds the one write lock
+        rows = rows.filter(Exists(Run.objects.select_for_update().filter(pk=approval.run_id)))
+    return rows.get()
 
 
 def _same_digest(expected: str, current: str) -> bool:
@@ -166,8 +178,9 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
     repeated = (
         approval.quorum > 1 and Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists()
     )
+    vote = None
     if not repeated:
-        Vote.objects.create(
+        vote = Vote.objects.create(
             approval=approval,
             decision=ask.decision,
             arguments=ask.arguments if edited else None,
@@ -189,10 +202,11 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
     ):
         _announce_vote(approval, ask, edited)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.VOTED)
-    return _conclude(approval, ask)
+    # A quorum of 1 had no earlier vote (it would have decided): this one is all there is.
+    return _conclude(approval, ask, votes=[vote] if vote is not None and approval.quorum == 1 else None)
 
 
-def _conclude(approval: Approval, ask: _Ask) -> Decision:
+def _conclude(approval: Approval, ask: _Ask, *, votes: list[Vote] | None = None) -> Decision:
     fields = {
         "status": ask.decision,
         "decided_by": _fit(ask.attempt.decider, Approval, "decided_by"),
@@ -207,7 +221,7 @@ def _conclude(approval: Approval, ask: _Ask) -> Decision:
         setattr(approval, name, value)
     resume = _after_decision(approval, ask.attempt, ask.auto_resume)
     notify.announce("approval.decided", approval.id)
-    return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume)
+    return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume, votes=votes)
 
 
 def _announce_vote(approval: Approval, ask: _Ask, edited: bool) -> None:
@@ -243,8 +257,8 @@ def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
     The event's seq is reserved with the run's status read under the run's row lock, so a
     driver suspending the run at this moment is seen either before or after, never half.
     """
-    seq, run_status, run_auto_resume = sql.run_reserve_events(
-        run_id=approval.run_id, count=1, columns=("status", "auto_resume")
+    seq, run_status, run_auto_resume, others_pending = sql.run_reserve_events(
+        run_id=approval.run_id, count=1, columns=("status", "auto_resume"), pending_suspend=True
     )
     data = {
         "approval_id": approval.id,
@@ -263,10 +277,8 @@ def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
     wanted = bool(run_auto_resume) if auto_resume is None else auto_resume
     if not wanted or run_status != Run.Status.SUSPENDED:
         return False
-    if Approval.objects.filter(
-        run_id=approval.run_id, mode=Approval.Mode.SUSPEND, status=Approval.Status.PENDING
-    ).exists():
-        return False  # the step's other approvals still wait
+    if others_pending:
+        return False  # the step's other approvals still wait (this one is decided already)
     queue.drive_on_commit(approval.run_id)
     return True
 

@@ -173,3 +173,20 @@ def test_it_lets_a_user_without_a_role_sign_out_from_the_refusal(client_for, dav
 
     assert client.post("/accounts/logout/").status_code == 302
     assert client.get("/runs").status_code == 302
+
+
+def test_it_preloads_the_same_permissions_django_reads(alice, carol):
+    from django.contrib.auth.backends import ModelBackend
+    from django.contrib.auth.models import Permission, User
+
+    from dashboard.auth import ON_BEHALF, preload_permissions
+
+    alice.user_permissions.add(Permission.objects.get(codename="decide_on_behalf"))  # her own, beside her group's
+    for user in (alice, carol):
+        preloaded = User.objects.get(pk=user.pk)
+        preload_permissions(preloaded)
+        assert preloaded._perm_cache == ModelBackend().get_all_permissions(User.objects.get(pk=user.pk))
+        assert preloaded._perm_cache  # each has some: the union lost none
+    preloaded = User.objects.get(pk=alice.pk)
+    preload_permissions(preloaded)
+    assert preloaded.has_perm(ON_BEHALF) and not preloaded.has_perm("agents.view_auditentry")

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from agents import schemas, services
 from agents.models import Approval, AuditEntry, Run
@@ -228,6 +230,37 @@ def test_it_approves_as_the_token_user_and_enqueues_the_resume(api: Api, paused:
     assert (body["status"], body["decided_by"], body["note"]) == ("approved", "alice", "fine")
     assert (body["outcome"], body["resume_enqueued"]) == ("decided", True)
     assert audits(approval.id) == [("alice", "", "api", "decided")]
+
+
+# What one decide costs on each database, counted without the test's savepoints: the
+# token, its user's permissions, the approval, then under the locks the vote, the approval,
+# the call, the event's seq (and whether the step waits on more), the event and the audit
+# row (PostgreSQL: with the run's lock in the locked read, and the audit chain's lock).
+DECIDE_STATEMENTS = {"sqlite": 11, "postgresql": 12}
+
+
+def test_it_decides_in_a_fixed_number_of_statements(
+    api: Api, paused: Run, django_capture_on_commit_callbacks: Any
+) -> None:
+    warm_up = flows.start(REFUND)  # the token's first use records it (once a minute)
+    api.post(f"/api/approvals/{approval_of(warm_up).id}/decide", {"decision": "approved"})
+    approval = approval_of(paused)
+
+    with CaptureQueriesContext(connection) as queries, django_capture_on_commit_callbacks(execute=True):
+        response = api.post(f"/api/approvals/{approval.id}/decide", {"decision": "approved"})
+
+    assert (response.status_code, response.json()["outcome"]) == (200, "decided")
+    statements = [query["sql"] for query in queries.captured_queries if "SAVEPOINT" not in query["sql"]]
+    assert len(statements) == DECIDE_STATEMENTS[connection.vendor], "\n".join(statements)
+
+
+def test_it_answers_a_decision_as_the_approval_reads_back(api: Api, paused: Run) -> None:
+    approval = approval_of(paused)
+    response = api.post(f"/api/approvals/{approval.id}/decide", {"decision": "approved", "note": "fine"})
+    body = response.json()
+    expected = schemas.Decision.of_decision(approval_of(paused), outcome="decided", resume_enqueued=True)
+    assert body == roundtrip(expected.as_json())
+    assert [vote["voter"] for vote in body["votes"]] == ["alice"] and body["tally"] == "1 of 1 approvals: alice"
 
 
 def test_it_leaves_the_resume_to_the_caller_with_auto_resume_false(api: Api, paused: Run) -> None:
