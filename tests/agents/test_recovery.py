@@ -10,9 +10,10 @@ import pytest
 
 from agents import schemas, services
 from agents.models import Approval, Run, SideEffect, ToolCall
-from tests.conftest import wait_for
+from tests.conftest import RedisControl, wait_for
 from tests.support.fake_openai import Reply, tool_messages
 from tests.support.flows import decide
+from tests.support.processes import Worker
 
 pytestmark = pytest.mark.integration
 
@@ -23,23 +24,64 @@ def status(run_id: str) -> str:
     return Run.objects.values_list("status", flat=True).get(pk=run_id)
 
 
-def test_it_loses_no_decision_when_redis_is_down_and_resumes_once_it_is_back(start_worker, redis_server):
-    start_worker()
-    run = services.run_create(agent="support", input=REFUND)
-    wait_for(lambda: status(run.id) == "suspended", what="the run to pause")
-    approval = Approval.objects.get(run_id=run.id, status="pending")
-
+def approve_while_redis_is_down(approval: Approval, redis_server: RedisControl) -> None:
+    """Approve with Redis stopped; it comes back empty, so the resume message is gone for good."""
     redis_server.stop()
     try:
         decision = decide(approval, "approved")  # the resume message cannot be sent
         assert decision.outcome == "decided"
         approval.refresh_from_db()
         assert approval.status == "approved"  # the decision is in the database
-        assert status(run.id) == "suspended"
+        assert status(approval.run_id) == "suspended"
     finally:
-        redis_server.start()  # an empty Redis: the resume message is gone for good
+        redis_server.start()
 
-    wait_for(lambda: status(run.id) == "completed", timeout=60, what="the sweeper to resume the run")
+
+def wait_for_the_sweeper(run_id: str, worker: Worker) -> None:
+    """Wait until the worker's sweeper resumed the run to its end; fail at once, with its log, if the worker died."""
+    wait_for(
+        lambda: status(run_id) == "completed" or not worker.alive, timeout=60, what="the sweeper to resume the run"
+    )
+    assert worker.alive, f"the worker died:\n{worker.log_tail()}"
+
+
+def test_it_loses_no_decision_when_redis_is_down_and_resumes_once_it_is_back(start_worker, redis_server):
+    worker = start_worker()
+    run = services.run_create(agent="support", input=REFUND)
+    wait_for(lambda: status(run.id) == "suspended", what="the run to pause")
+    approval = Approval.objects.get(run_id=run.id, status="pending")
+
+    approve_while_redis_is_down(approval, redis_server)
+
+    wait_for_the_sweeper(run.id, worker)
+    assert SideEffect.objects.filter(idempotency_key=approval.id).count() == 1
+
+
+DEADLINE = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request]
+tool_overrides:
+  refund_request: {risk: high, hitl_mode: suspend, timeout: 4h}
+"""
+
+
+def test_it_keeps_its_worker_when_redis_goes_away_while_the_worker_holds_a_message(
+    start_worker, redis_server, agent_config
+):
+    """The worker holds the approval's deadline (an eta message, unacknowledged) as Redis goes away."""
+    agent_config(DEADLINE)
+    worker = start_worker()
+    run = services.run_create(agent="support", input=REFUND)
+    wait_for(lambda: status(run.id) == "suspended", what="the run to pause")
+    held = b"agents.tasks.approval_deadline["
+    wait_for(lambda: held in worker.log_path.read_bytes(), what="the worker to hold the deadline message")
+    approval = Approval.objects.get(run_id=run.id, status="pending")
+
+    approve_while_redis_is_down(approval, redis_server)
+
+    wait_for_the_sweeper(run.id, worker)  # the worker reconnects, the sweeper finds the decision
     assert SideEffect.objects.filter(idempotency_key=approval.id).count() == 1
 
 

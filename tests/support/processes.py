@@ -69,7 +69,11 @@ class ServerProcess:
             if self.is_ready():
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"{self.name} did not start:\n{self.log_path.read_text(errors='replace')[-3000:]}")
+        raise RuntimeError(f"{self.name} did not start:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """Return the end of the process's log, for a failure message."""
+        return self.log_path.read_text(errors="replace")[-chars:]
 
     @property
     def alive(self) -> bool:
