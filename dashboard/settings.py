@@ -323,6 +323,9 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker keeps trying to reach Redis however long it is away (Celery gives up after 100
+# tries, about 50 minutes, and exits; nothing under `make run` would start it again).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # A publish must fail fast when Redis is down: the decision is already committed and the
 # sweeper will enqueue it later (Redis is never the source of truth).
 CELERY_TASK_PUBLISH_RETRY = False
