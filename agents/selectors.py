@@ -49,6 +49,14 @@ def approval_list(
     return approvals
 
 
+def newest_first_after(items: QuerySet[Any], *, created_at: datetime, pk: str) -> QuerySet[Any]:
+    """Return the items after (created_at, pk) in newest-first order: a keyset, read off a created_at index.
+
+    `created_at <= t` bounds the index range; the few rows of that same moment are told apart by id.
+    """
+    return items.filter(created_at__lte=created_at).exclude(created_at=created_at, pk__gte=pk)
+
+
 def count_up_to(items: QuerySet[Any], limit: int) -> int:
     """Return how many items there are, counting no further than `limit` (a bounded read, not a COUNT(*) of all)."""
     return items.order_by().values("pk")[:limit].count()
@@ -111,7 +119,7 @@ def approval_event_latest() -> int:
 
 
 def run_list(*, status: str | None = None, agent: str | None = None, created_by: str | None = None) -> QuerySet[Run]:
-    runs = Run.objects.order_by("-created_at")
+    runs = Run.objects.order_by("-created_at", "-id")  # the id tells runs of the same moment apart (the API's keyset)
     if status and status != "all":
         runs = runs.filter(status=status)
     if agent:

@@ -30,6 +30,7 @@ BATCH = 2000
 AGENTS = [f"bench-{n}" for n in range(10)]  # the filtered inbox page picks one of ten
 TOOLS = ["send_email", "issue_refund", "delete_account", "update_address", "create_ticket", "close_ticket"]
 PEOPLE = [f"reviewer{n:03d}" for n in range(200)]
+DEEP = 5000  # how far into the API's list its deep pages start (page 101 of 50 rows)
 TARGETS = {"page": 50.0, "audit": 100.0, "sweeper": 100.0, "csv_rows_per_s": 50_000.0, "first_byte_s": 1.0}
 
 
@@ -370,6 +371,8 @@ def _pages(long_run: str) -> dict[str, tuple[str, str]]:
         "inbox, page 100": ("/?page=100", "page"),
         "API approvals list (pending)": ("/api/approvals?status=pending", "page"),
         f"API approvals list (agent={AGENTS[3]})": (f"/api/approvals?status=pending&agent={AGENTS[3]}", "page"),
+        f"API approvals list, offset {DEEP:,}": (f"/api/approvals?status=pending&offset={DEEP}", "page"),
+        f"API approvals list, cursor at {DEEP:,}": (f"/api/approvals?status=pending&cursor={_deep_cursor()}", "page"),
         "runs page": ("/runs", "page"),
         "runs page (status=suspended)": ("/runs?status=suspended", "page"),
         "run page, 1,000 events": (f"/runs/{long_run}", "page"),
@@ -377,6 +380,15 @@ def _pages(long_run: str) -> dict[str, tuple[str, str]]:
         f"audit filtered (person={PEOPLE[7]})": (f"/audit?person={PEOPLE[7]}", "audit"),
         "audit filtered (tool, outcome)": ("/audit?tool=issue_refund&outcome=not_permitted", "audit"),
     }
+
+
+def _deep_cursor() -> str:
+    """Return the cursor a client paging the pending approvals by `next_cursor` holds after DEEP rows."""
+    from agents.models import Approval
+    from dashboard.api_pages import cursor_for
+
+    pending = Approval.objects.filter(status=Approval.Status.PENDING).order_by("-created_at", "-id")
+    return cursor_for("approvals", pending[DEEP - 1])
 
 
 def _time_page(client: Any, url: str, repeat: int) -> dict[str, Any]:
