@@ -595,12 +595,20 @@ AUDIT_CSV_COLUMNS = (
 )
 
 
+AUDIT_DETAIL_SHOWN = ("note", "feedback", "arguments_diff", "error", "existing")
+
+
 @require_GET
 @admin_required
 def audit(request: HttpRequest) -> HttpResponse:
     filters = AuditFilter(request.GET)
+    page = _window(filters.entries(), request, AUDIT_PAGE_SIZE)
+    for entry in page:
+        # Every key the row shows, present: a key missing from `detail` is looked up through three exceptions.
+        detail = entry.detail if isinstance(entry.detail, dict) else {}
+        entry.shown = {key: detail.get(key, "") for key in AUDIT_DETAIL_SHOWN}
     context = {
-        "page": _window(filters.entries(), request, AUDIT_PAGE_SIZE),
+        "page": page,
         "filters": filters,
         "people": selectors.audit_people(),
         "tools": selectors.audit_tools(),
