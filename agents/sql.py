@@ -189,7 +189,7 @@ def distinct_values(*columns: tuple[str, str]) -> list[list[str]]:
             WHERE {found}.value IS NOT NULL
         )""")
         rows.append(f"SELECT {index}, step, value FROM {found} WHERE value IS NOT NULL")
-    sql = f"WITH RECURSIVE {','.join(scans)}\n{' UNION ALL '.join(rows)} ORDER BY 1, 2"
+    sql = f"\n        WITH RECURSIVE{','.join(scans)}\n        {' UNION ALL '.join(rows)} ORDER BY 1, 2"
     values: list[list[str]] = [[] for _ in columns]
     with connection.cursor() as cursor:
         cursor.execute(sql)
