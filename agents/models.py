@@ -214,6 +214,8 @@ class Approval(models.Model):
         indexes = [
             models.Index(fields=["status", "created_at"], name="approval_status_created"),
             models.Index(fields=["status", "tool", "created_at"], name="approval_status_tool"),
+            # The API's list of every status, newest first, and its cursor's keyset.
+            models.Index(fields=["created_at", "id"], name="approval_created"),
             # The inbox's order (nearest deadline, then longest waiting) read straight off the index, and
             # the sweeper's overdue deadlines (its prefix).
             models.Index(fields=["status", "expires_at", "created_at", "id"], name="approval_inbox_oldest"),

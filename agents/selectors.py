@@ -49,6 +49,14 @@ def approval_list(
     return approvals
 
 
+def newest_first_after(items: QuerySet[Any], *, created_at: datetime, pk: str) -> QuerySet[Any]:
+    """Return the items after (created_at, pk) in newest-first order: a keyset, read off a created_at index.
+
+    `created_at <= t` bounds the index range; the few rows of that same moment are told apart by id.
+    """
+    return items.filter(created_at__lte=created_at).exclude(created_at=created_at, pk__gte=pk)
+
+
 def count_up_to(items: QuerySet[Any], limit: int) -> int:
     """Return how many items there are, counting no further than `limit` (a bounded read, not a COUNT(*) of all)."""
     return items.order_by().values("pk")[:limit].count()
@@ -94,9 +102,10 @@ def approval_get(approval_id: str) -> Approval:
         raise NotFound(f"no approval {approval_id}") from None
 
 
-def approval_tools() -> list[str]:
-    """Return the names of the tools any approval asked for, sorted, each once (a probe of the tool index per name)."""
-    return sql.distinct_values(Approval._meta.db_table, "tool")
+def approval_filter_choices() -> tuple[list[str], list[str]]:
+    """Return the agents any run ran and the tools any approval asked for, sorted (a probe of an index per name)."""
+    agents, tools = sql.distinct_values((Run._meta.db_table, "agent"), (Approval._meta.db_table, "tool"))
+    return agents, tools
 
 
 def approval_events_after(*, pk: int, limit: int) -> list[tuple[int, str, int, str, dict[str, Any]]]:
@@ -111,7 +120,7 @@ def approval_event_latest() -> int:
 
 
 def run_list(*, status: str | None = None, agent: str | None = None, created_by: str | None = None) -> QuerySet[Run]:
-    runs = Run.objects.order_by("-created_at")
+    runs = Run.objects.order_by("-created_at", "-id")  # the id tells runs of the same moment apart (the API's keyset)
     if status and status != "all":
         runs = runs.filter(status=status)
     if agent:
@@ -123,11 +132,6 @@ def run_list(*, status: str | None = None, agent: str | None = None, created_by:
 
 def run_exists(run_id: str) -> bool:
     return Run.objects.filter(pk=run_id).exists()
-
-
-def run_agents() -> list[str]:
-    """Return the names of the agents any run ran, sorted, each once (a probe of the agent index per name)."""
-    return sql.distinct_values(Run._meta.db_table, "agent")
 
 
 def run_approvals(run: Run) -> QuerySet[Approval]:
@@ -264,28 +268,19 @@ def audit_tools() -> list[str]:
     return sorted(listed | set(registry.names()))
 
 
-def run_pending_counts(run_ids: list[str]) -> dict[str, int]:
-    """Return how many pending approvals each of these runs has (runs with none are left out)."""
+def run_pending_and_scheduled(run_ids: list[str]) -> dict[str, tuple[int, datetime | None]]:
+    """Return, per run, how many pending approvals it has and when its scheduled call runs (None: none scheduled).
+
+    Runs with no pending approval are left out. One grouped read for both (the runs page's two badges).
+    """
+    scheduled = Q(on_timeout=Approval.OnTimeout.RUN)
     rows = (
         Approval.objects.filter(run_id__in=run_ids, status=Approval.Status.PENDING)
         .values("run_id")
-        .annotate(pending=Count("pk"))
-        .values_list("run_id", "pending")
+        .annotate(pending=Count("pk"), at=Min("expires_at", filter=scheduled))
+        .values_list("run_id", "pending", "at")
     )
-    return dict(rows)
-
-
-def run_scheduled_times(run_ids: list[str]) -> dict[str, datetime]:
-    """Return when each of these runs' scheduled call runs (runs with none are left out)."""
-    rows = (
-        Approval.objects.filter(
-            run_id__in=run_ids, status=Approval.Status.PENDING, on_timeout=Approval.OnTimeout.RUN
-        )
-        .values("run_id")
-        .annotate(at=Min("expires_at"))
-        .values_list("run_id", "at")
-    )
-    return {run_id: at for run_id, at in rows if at is not None}
+    return {run_id: (pending, at) for run_id, pending, at in rows}
 
 
 def run_get(run_id: str) -> Run:
@@ -333,12 +328,13 @@ def run_search(
         runs = runs.filter(created_at__gte=since)
     if until:
         runs = runs.filter(created_at__lt=until)
-    return runs  # the view counts the pending approvals of the visible page only (run_pending_counts)
+    return runs  # the view counts the pending approvals of the visible page only (run_pending_and_scheduled)
 
 
-def run_creators() -> list[str]:
-    """Return who started runs, sorted, each once (a probe of the run_created_by index per name)."""
-    return sql.distinct_values(Run._meta.db_table, "created_by")
+def run_filter_choices() -> tuple[list[str], list[str]]:
+    """Return the agents any run ran and who started runs, sorted (a probe of an index per name)."""
+    agents, creators = sql.distinct_values((Run._meta.db_table, "agent"), (Run._meta.db_table, "created_by"))
+    return agents, creators
 
 
 def decided_approvals(*, since: datetime | None = None) -> QuerySet[Approval]:

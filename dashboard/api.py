@@ -11,9 +11,7 @@ the engine itself.
 from __future__ import annotations
 
 import logging
-import typing
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
@@ -21,16 +19,16 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.utils import timezone
-from ninja import Field, NinjaAPI, Query, Schema, Status
+from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.operation import Operation
-from ninja.pagination import LimitOffsetPagination, paginate
 
 from agents import schemas, selectors, services
 from agents.models import Approval, AuditEntry, Run
 from agents.services import Attempt
 from dashboard import sse
 from dashboard.api_auth import ApiError, Forbidden, Unauthenticated, error_response, reviewers
+from dashboard.api_pages import MAX_OFFSET, paged
 from dashboard.api_schemas import (
     ApprovalStatus,
     ConflictOut,
@@ -47,11 +45,6 @@ from dashboard.auth import ON_BEHALF, attempt_from
 
 logger = logging.getLogger(__name__)
 
-_View = TypeVar("_View", bound=Callable[..., Any])
-
-MAX_PAGE = 200
-MAX_OFFSET = 1_000_000_000
-COUNT_CAP = 500  # the lists count their rows this far past the offset, no further
 DECIDE = "approval_decide"  # the url name whose refusals the handlers audit
 
 DESCRIPTION = """
@@ -63,6 +56,12 @@ Errors are `{"error_code": "...", "message": "...", "field": "..."}` with the st
 saying what kind: 400 invalid input (`field` names it), 401, 403, 404, 409 (already
 decided: `approval` shows the decision that stands; or a run another process drives:
 `lease_owner`), 413 body over 256 KiB, 422 wrong state (e.g. an expired approval).
+
+**Lists.** `GET /api/approvals` and `GET /api/runs` are newest first, `limit` rows a page.
+Page on with `cursor` set to the page's `next_cursor` (null on the last page): every page
+then costs what the first does, and rows added meanwhile shift nothing. `offset` still
+works, but the database walks past every row it skips. Cursors are opaque and signed; one
+this list did not return is a 400 with `field: "cursor"`.
 
 **Server-sent events.** `GET /api/runs/{run_id}/events` replays a run's events, then
 streams them live, and closes after its `run_status` completed, failed or cancelled.
@@ -110,66 +109,6 @@ def _streams(description: str) -> dict[str, Any]:
     return {"responses": {200: {"description": description, "content": content}}}
 
 
-class PageQuery(LimitOffsetPagination.Input):
-    limit: int = Field(50, ge=1, le=MAX_PAGE)
-    offset: int = Field(0, ge=0, le=MAX_OFFSET)
-
-
-class Page(LimitOffsetPagination):
-    """The page shape, `{"count", "count_capped", "has_more", "limit", "offset", "items"}`, of the rows' `shape`.
-
-    The rows are counted no further than COUNT_CAP past the offset (as the inbox says
-    "500+"): an exact COUNT(*) of 100,000 pending approvals, filtered through a join,
-    cost more than the page itself, on every call.
-    """
-
-    Input = PageQuery
-
-    class Output(Schema):
-        count: int = Field(
-            description=f"How many match, on all pages, counted up to {COUNT_CAP} past `offset`: "
-            "when `count_capped`, at least this many"
-        )
-        count_capped: bool = Field(description="`count` stopped at its cap: more match than it says")
-        has_more: bool = Field(description="Rows follow this page: ask again with `offset` + `limit`")
-        limit: int
-        offset: int
-        items: list[Any]
-
-    def __init__(self, *, shape: type[schemas.ApprovalSummary | schemas.RunSummary], **kwargs: Any) -> None:
-        super().__init__(max_limit=MAX_PAGE, **kwargs)
-        self.shape = shape
-
-    def paginate_queryset(
-        self, queryset: QuerySet[Any], pagination: LimitOffsetPagination.Input, request: HttpRequest, **params: Any
-    ) -> dict[str, Any]:
-        """Return one page of the rows, each as its shape, and how many there are up to the cap."""
-        offset, limit = pagination.offset, pagination.limit
-        reach = offset + max(limit, COUNT_CAP)  # past the page, so has_more is exact
-        counted = selectors.count_up_to(queryset, reach + 1)
-        rows = queryset[offset : offset + limit] if counted > offset else []
-        return {
-            "count": min(counted, reach),
-            "count_capped": counted > reach,
-            "has_more": counted > offset + limit,
-            "limit": limit,
-            "offset": offset,
-            "items": [self.shape.of(row) for row in rows],
-        }
-
-
-def _paged(shape: type[schemas.ApprovalSummary | schemas.RunSummary]) -> Callable[[_View], _View]:
-    """Paginate a view's rows with Page, as `shape`."""
-
-    def decorate(view: _View) -> _View:
-        # Ninja reads the annotations through its wrapper, whose globals are not ours: resolve them here.
-        view.__annotations__ = typing.get_type_hints(view, include_extras=True)
-        paged: _View = paginate(Page, shape=shape)(view)
-        return paged
-
-    return decorate
-
-
 class LeaseHeld(ApiError):
     status = 409
     code = "lease_held"
@@ -199,7 +138,7 @@ def run_create(request: HttpRequest, body: RunCreateIn) -> Status[schemas.RunDet
 
 
 @api.get("/runs", response={200: list[schemas.RunSummary], **_READ_ERRORS}, tags=["runs"])
-@_paged(schemas.RunSummary)
+@paged(schemas.RunSummary, "runs")
 def run_list(request: HttpRequest, status: RunStatus = "all", agent: Name | None = None) -> QuerySet[Run]:
     """List runs, newest first."""
     return selectors.run_list(status=status or "all", agent=agent or None)
@@ -261,7 +200,7 @@ def _refuse_if_driven(run: Run) -> None:
 
 
 @api.get("/approvals", response={200: list[schemas.ApprovalSummary], **_READ_ERRORS}, tags=["approvals"])
-@_paged(schemas.ApprovalSummary)
+@paged(schemas.ApprovalSummary, "approvals")
 def approval_list(
     request: HttpRequest, status: ApprovalStatus = "pending", agent: Name | None = None, tool: Name | None = None
 ) -> QuerySet[Approval]:

@@ -124,8 +124,11 @@ class InboxFilter(forms.Form):
     def search(self) -> str:
         return self.cleaned_data["q"] if self.is_valid() else ""
 
-    def pending_approvals(self) -> QuerySet[Approval]:
-        """Return the pending approvals the filtered inbox lists, longest waiting first unless asked otherwise."""
+    def pending_approvals(self, groups: set[str] | None = None) -> QuerySet[Approval]:
+        """Return the pending approvals the filtered inbox lists, longest waiting first unless asked otherwise.
+
+        `groups` are the user's group names when the caller read them already.
+        """
         data = self.cleaned_data if self.is_valid() else {"agent": "", "tool": ""}
         approvals = selectors.approval_list(
             status=Approval.Status.PENDING,
@@ -134,7 +137,7 @@ class InboxFilter(forms.Form):
             search=self.search,
             order=self.ordering,
         )
-        return eligibility.decidable(self.user, approvals) if self.for_me else approvals
+        return eligibility.decidable(self.user, approvals, groups) if self.for_me else approvals
 
     def matches(self, approval: Approval) -> bool:
         """Return whether a live approval belongs in a list with these filters."""

@@ -135,10 +135,10 @@ def _query_without_page(request: HttpRequest) -> str:
 # -- inbox -------------------------------------------------------------------------------
 
 
-def prepare_cards(user: Any, approvals: Iterable[Approval]) -> None:
+def prepare_cards(user: Any, approvals: Iterable[Approval], groups: set[str] | None = None) -> None:
     """Give each card what a reviewer triages by: may I decide, a summary, the risk, its place in its run."""
     approvals = list(approvals)
-    eligibility.mark(user, approvals)
+    eligibility.mark(user, approvals, groups)
     describe_cards(approvals)
 
 
@@ -158,6 +158,17 @@ def describe_cards(approvals: list[Approval]) -> None:
         approval.position, approval.siblings = positions.get(approval.id, (1, 1))  # type: ignore[attr-defined]
 
 
+# What a card shows only in a decision's answer or a push (_approval_card.html, _deadline.html).
+CARD_DEFAULTS: dict[str, Any] = {
+    "form": None,
+    "refusal": "",
+    "conflict": False,
+    "next_pending": None,
+    "oob": False,
+    "said": "",
+}
+
+
 def pending_count_context(count: int) -> dict[str, Any]:
     """What _pending_count.html shows of a count read up to INBOX_COUNT_CAP + 1: the number, or "500+"."""
     return {"count": min(count, INBOX_COUNT_CAP), "count_more": count > INBOX_COUNT_CAP}
@@ -167,13 +178,15 @@ def pending_count_context(count: int) -> dict[str, Any]:
 @reviewer_required
 @_live_page
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
+    groups = eligibility.group_names(request.user)  # read once, for the For me filter and the cards
     filters = InboxFilter(request.GET, user=request.user)
-    approvals = filters.pending_approvals()
+    approvals = filters.pending_approvals(groups)
     count = selectors.count_up_to(approvals, INBOX_COUNT_CAP + 1)
     page = _window(approvals, request, INBOX_PAGE_SIZE)
     if count <= INBOX_COUNT_CAP:
         page.pages = max(1, -(-count // INBOX_PAGE_SIZE))
-    prepare_cards(request.user, page.object_list)
+    prepare_cards(request.user, page.object_list, groups)
+    agents, tools = selectors.approval_filter_choices()
     context = {
         "page": page,
         **pending_count_context(count),
@@ -182,10 +195,12 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
         "for_me": filters.for_me,
         "order": filters.ordering,
         "search": filters.search,
-        "agents": selectors.run_agents(),
-        "tools": selectors.approval_tools(),
+        "agents": agents,
+        "tools": tools,
         "saved_filters": _saved_filters(request),
         "query": _query_without_page(request),
+        # Given as nothing: a name missing from the context is looked up through three exceptions, on every card.
+        **CARD_DEFAULTS,
         # The consumer filters live cards the same way, and inserts them on the first page only.
         # `last`: with the oldest first, a new card belongs at the end of the last page.
         "ws_url": "/ws/inbox/?"
@@ -482,18 +497,18 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     data = getattr(filters, "cleaned_data", {})  # after runs(), which validates the filters
     # The pending counts of the visible runs only: one small query, not a join over every run.
     visible = [run.id for run in page]
-    pending, scheduled = selectors.run_pending_counts(visible), selectors.run_scheduled_times(visible)
+    waiting = selectors.run_pending_and_scheduled(visible)
     for run in page:
-        run.pending = pending.get(run.id, 0)
-        run.scheduled_for = scheduled.get(run.id)
+        run.pending, run.scheduled_for = waiting.get(run.id, (0, None))
+    agents, creators = selectors.run_filter_choices()
     context = {
         "page": page,
         "filters": filters,
         "status": data.get("status", ""),
         "filtered": any(data.get(key) for key in ("q", "status", "agent", "creator", "since", "until")),
         "statuses": Run.Status.choices,
-        "agents": selectors.run_agents(),
-        "creators": selectors.run_creators(),
+        "agents": agents,
+        "creators": creators,
         "query": _query_without_page(request),
     }
     template = "dashboard/_runs_table.html" if request.htmx else "dashboard/runs.html"
@@ -580,12 +595,20 @@ AUDIT_CSV_COLUMNS = (
 )
 
 
+AUDIT_DETAIL_SHOWN = ("note", "feedback", "arguments_diff", "error", "existing")
+
+
 @require_GET
 @admin_required
 def audit(request: HttpRequest) -> HttpResponse:
     filters = AuditFilter(request.GET)
+    page = _window(filters.entries(), request, AUDIT_PAGE_SIZE)
+    for entry in page:
+        # Every key the row shows, present: a key missing from `detail` is looked up through three exceptions.
+        detail = entry.detail if isinstance(entry.detail, dict) else {}
+        entry.shown = {key: detail.get(key, "") for key in AUDIT_DETAIL_SHOWN}
     context = {
-        "page": _window(filters.entries(), request, AUDIT_PAGE_SIZE),
+        "page": page,
         "filters": filters,
         "people": selectors.audit_people(),
         "tools": selectors.audit_tools(),

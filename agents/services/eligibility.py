@@ -59,26 +59,29 @@ def refusal_for_name(username: str, approval: Approval) -> str | None:
     return refusal(user, approval)
 
 
-def decidable(user: Any, approvals: QuerySet[Approval]) -> QuerySet[Approval]:
+def decidable(user: Any, approvals: QuerySet[Approval], groups: set[str] | None = None) -> QuerySet[Approval]:
     """Narrow approvals to those this user may decide (the inbox's "For me"), in SQL.
 
     The same rule as `restriction`, as a filter the database applies: a page of 100,000
     restricted approvals costs one indexed query, not a read of each one in Python.
+    `groups` are the user's group names when the caller read them already.
     """
     if refusal_of_role(user) is not None:
         return approvals.none()
     username = user.get_username()
     # Group names that look like `user:<name>` would read as a person in `_is_approver`: never as a group.
-    names = [USER_PREFIX + username, *sorted(g for g in group_names(user) if not g.startswith(USER_PREFIX))]
+    groups = group_names(user) if groups is None else groups
+    names = [USER_PREFIX + username, *sorted(g for g in groups if not g.startswith(USER_PREFIX))]
     approver = Q(approvers=[]) | Q(approvers__isnull=True) | Q(JsonArrayHasAny("approvers", names))
     # A sub-select, not a join: the page's rows need no join to their runs just to be filtered.
     own_run = Q(four_eyes=True, run_id__in=Run.objects.filter(created_by=username).values("id"))
     return approvals.filter(approver & ~own_run)
 
 
-def mark(user: Any, approvals: Iterable[Approval]) -> None:
+def mark(user: Any, approvals: Iterable[Approval], groups: set[str] | None = None) -> None:
     """Note on each approval whether this user may decide it (`decidable`), for the cards to show."""
-    groups = group_names(user) if user.is_authenticated else set()
+    if groups is None:
+        groups = group_names(user) if user.is_authenticated else set()
     for approval in approvals:
         approval.decidable = refusal(user, approval, groups) is None  # type: ignore[attr-defined]
 

@@ -1,13 +1,21 @@
-"""Template filters of the dashboard: short relative times and pretty, escaped JSON."""
+"""Template filters of the dashboard: short relative times, pretty, escaped JSON, and quick forms of built-ins.
+
+The inbox renders twenty cards a page and the audit fifty rows: `iso_time` and `truncate` give what
+`date:'c'` and `truncatechars` give, without their general machinery (a DateFormat object per
+date, a character walk per prompt), which took a tenth of the page.
+"""
 
 from __future__ import annotations
 
+import unicodedata
 from datetime import datetime
 from typing import Any
 
 from django import template
+from django.template.defaultfilters import stringfilter
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.text import Truncator
 
 from agents import text
 from agents.gateway.selectors import external_request as _external_request
@@ -27,6 +35,22 @@ def _elapsed(value: datetime) -> str:
 def elapsed(value: datetime | None) -> str:
     """Render the time since a moment as '2 s', '3 min', '5 h' (static/js/app.js keeps it fresh)."""
     return _elapsed(value) if value else ""
+
+
+@register.filter(expects_localtime=True)
+def iso_time(value: datetime | None) -> str:
+    """Return a moment as `date:'c'` does (ISO 8601 in the current time zone), or "" for none."""
+    return value.isoformat() if value else ""
+
+
+@register.filter(is_safe=True)
+@stringfilter
+def truncate(value: str, length: int) -> str:
+    """Return text as `truncatechars` does: NFC, cut to `length` characters with an ellipsis when longer."""
+    normalized = unicodedata.normalize("NFC", value)
+    if len(normalized) <= length:  # combining characters do not count, so it fits
+        return normalized
+    return Truncator(value).chars(length)
 
 
 @register.filter

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.core import signing
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from agents import schemas, services
 from agents.models import Approval, AuditEntry, Run
@@ -197,13 +199,101 @@ def test_it_counts_a_list_no_further_than_its_cap_past_the_offset(
     flows.start("Refund order A1002 for 16.00 USD")
     assert page_counts(api.get("/api/approvals").json()) == (3, False, False, 3)
     assert page_counts(api.get("/api/approvals", limit=2).json()) == (3, False, True, 2)
-    monkeypatch.setattr("dashboard.api.COUNT_CAP", 1)
+    monkeypatch.setattr("dashboard.api_pages.COUNT_CAP", 1)
     assert page_counts(api.get("/api/approvals", limit=1).json()) == (1, True, True, 1)  # "1+"
     assert page_counts(api.get("/api/approvals", limit=1, offset=1).json()) == (2, True, True, 1)
     assert page_counts(api.get("/api/approvals", limit=1, offset=2).json()) == (3, False, False, 1)
     assert page_counts(api.get("/api/approvals", limit=2, offset=2).json()) == (3, False, False, 1)
     assert page_counts(api.get("/api/approvals", offset=5).json()) == (3, False, False, 0)  # past the end
     assert page_counts(api.get("/api/runs", limit=1).json()) == (1, True, True, 1)
+
+
+def pages_by_cursor(api: Api, path: str, **params: Any) -> list[list[str]]:
+    """Return the ids of every page of a list, following next_cursor from the first page."""
+    pages, cursor = [], None
+    while True:
+        page = api.get(path, **params, **({"cursor": cursor} if cursor else {})).json()
+        pages.append([item["id"] for item in page["items"]])
+        cursor = page["next_cursor"]
+        assert (cursor is not None) == page["has_more"]
+        if cursor is None:
+            return pages
+
+
+def test_it_pages_approvals_by_cursor_and_rows_added_or_decided_meanwhile_shift_nothing(api: Api, paused: Run) -> None:
+    older = [flows.start(f"Refund order A100{n} for 1{n}.00 USD") for n in range(2, 5)]
+    newest_first = [approval_of(run).id for run in [*older[::-1], paused]]
+    first = api.get("/api/approvals", limit=2).json()
+    assert [item["id"] for item in first["items"]] == newest_first[:2]
+    assert (first["count"], first["has_more"], first["offset"]) == (4, True, 0)
+    flows.start("Refund order A1009 for 19.00 USD")  # newer: before the cursor, on no later page
+    flows.decide(newest_first[0], "approved")  # on the page already shown: the next page starts where it did
+    second = api.get("/api/approvals", limit=2, cursor=first["next_cursor"]).json()
+    assert [item["id"] for item in second["items"]] == newest_first[2:]
+    assert (second["count"], second["has_more"], second["next_cursor"]) == (2, False, None)
+    assert api.get("/api/approvals", limit=1, offset=1).json()["next_cursor"]  # an offset page hands on a cursor too
+
+
+def test_it_pages_runs_of_the_same_moment_by_id_each_once(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    moment = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: moment)  # five runs created in one microsecond
+    for n in range(5):
+        services.run_create(agent="support", input=f"prompt {n}", enqueue=False)
+    monkeypatch.undo()
+    in_order = list(Run.objects.order_by("-created_at", "-id").values_list("id", flat=True))  # the database's collation
+    pages = pages_by_cursor(api, "/api/runs", limit=2)
+    assert pages == [in_order[:2], in_order[2:4], in_order[4:]]
+    assert pages_by_cursor(api, "/api/runs", limit=2, status="queued") == pages
+    assert pages_by_cursor(api, "/api/runs", status="completed") == [[]]
+
+
+def _signed(value: Any, **signer: Any) -> str:
+    return signing.Signer(salt="agentfast.api.cursor", **signer).sign_object(value)
+
+
+SIGNED_WRONG = [  # signed as the API signs: only their contents are wrong
+    {"not": "a position"},
+    ["approvals", "yesterday", "appr_x"],
+    ["approvals", "2026-01-01T00:00:00", "appr_x"],  # no time zone
+    ["approvals", "2026-01-01T00:00:00+00:00", 7],
+    ["runs", "2026-01-01T00:00:00+00:00", "run_x"],  # a cursor of GET /api/runs
+]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "garbage",
+        "%ED%A0%80",  # a lone surrogate's UTF-8 (the server reads U+FFFD)
+        "%00",
+        "%F0%9F%98%80:abc",
+        "A" * 1001,
+        "tampered",
+        "another key",
+        *(f"signed {n}" for n in range(len(SIGNED_WRONG))),
+    ],
+)
+def test_it_refuses_a_cursor_it_did_not_return_naming_the_field(api: Api, paused: Run, cursor: str) -> None:
+    flows.start("Refund order A1002 for 15.00 USD")
+    if cursor == "tampered":
+        real = api.get("/api/approvals", limit=1).json()["next_cursor"]
+        cursor = real[:5] + ("B" if real[5] == "A" else "A") + real[6:]
+    elif cursor == "another key":
+        cursor = _signed(["approvals", "2026-01-01T00:00:00+00:00", "appr_x"], key="another secret key")
+    elif cursor.startswith("signed "):
+        cursor = _signed(SIGNED_WRONG[int(cursor.split()[1])])
+    response = api.get(f"/api/approvals?limit=1&cursor={cursor}")
+    assert response.status_code == 400
+    assert response.json()["field"] == "cursor"
+    assert response.json()["message"].startswith("cursor: ")
+
+
+def test_it_refuses_a_cursor_with_an_offset_and_takes_an_empty_one_for_none(api: Api, paused: Run) -> None:
+    flows.start("Refund order A1002 for 15.00 USD")
+    cursor = api.get("/api/approvals", limit=1).json()["next_cursor"]
+    both = api.get("/api/approvals", cursor=cursor, offset=1)
+    assert (both.status_code, both.json()["field"]) == (400, "offset")
+    assert api.get("/api/approvals", cursor="").json()["count"] == 2  # a form left blank: the first page
 
 
 @pytest.mark.parametrize(
