@@ -450,17 +450,17 @@ async def _follow(
                 return
 
 
-def _watch(group: str, viewer: Viewer | None = None) -> Watch:
-    """A stream's watch on `group` and, when it has a viewer, the viewer's access groups."""
-    return Watch((group, *(viewer.groups if viewer else ())), tick=HEARTBEAT_SECONDS, poll=POLL_SECONDS)
-
-
 class _ApprovalWatch(Watch):
     """An approval stream's watch: each event's frame encoded once per process."""
 
     @classmethod
     async def prepare(cls, event: Shared) -> None:
         await ApprovalFeed.prepare(event)
+
+
+def _watch(group: str, viewer: Viewer | None = None, *, kind: type[Watch] = Watch) -> Watch:
+    """A stream's watch on `group` and, when it has a viewer, the viewer's access groups."""
+    return kind((group, *(viewer.groups if viewer else ())), tick=HEARTBEAT_SECONDS, poll=POLL_SECONDS)
 
 
 async def run_stream(run_id: str, after: int, viewer: Viewer | None = None) -> AsyncIterator[str | bytes]:
@@ -486,8 +486,7 @@ async def approval_stream(after: int, viewer: Viewer | None = None) -> AsyncIter
        after each quiet spell, and `access_ended` once the viewer's access ends.
     """
     feed = ApprovalFeed(after)
-    groups = (events.APPROVALS_GROUP, *(viewer.groups if viewer else ()))
-    async with _ApprovalWatch(groups, tick=HEARTBEAT_SECONDS, poll=POLL_SECONDS) as watch:
+    async with _watch(events.APPROVALS_GROUP, viewer, kind=_ApprovalWatch) as watch:
         for chunk in await feed.stored():
             yield chunk
         yield LIVE
