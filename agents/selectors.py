@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import Count, F, Min, Q, QuerySet, TextField
-from django.db.models.fields.json import KeyTextTransform
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -84,9 +84,7 @@ def approval_run_positions(approvals: Iterable[Approval]) -> dict[str, tuple[int
     by_run: dict[str, list[str]] = {}
     for run_id, approval_id in rows.values_list("run_id", "id"):
         by_run.setdefault(run_id, []).append(approval_id)
-    return {
-        approval_id: (index + 1, len(ids)) for ids in by_run.values() for index, approval_id in enumerate(ids)
-    }
+    return {approval_id: (index + 1, len(ids)) for ids in by_run.values() for index, approval_id in enumerate(ids)}
 
 
 def approval_next_pending(*, after: str, among: QuerySet[Approval] | None = None) -> Approval | None:
@@ -208,22 +206,19 @@ def audit_entries(
     return entries
 
 
-# The columns of an audit export row: the id (the keyset), then the export's columns with
-# the note, `created_at` as the database's text of it (UTC; the driver's datetime loader is
-# the slowest part of a row) and `detail` as its JSON text (arguments_diff is read from it).
-_AUDIT_CSV_FIELDS = (
+# The export's text columns that are the entry's own, as they are stored.
+AUDIT_EXPORT_PLAIN = ("actor", "on_behalf_of", "action", "tool", "approval_id", "run_id", "source", "origin", "outcome")
+# The columns of an audit export row as Python writes it: the id (the keyset), then the export's
+# columns with the note, `created_at` as the database's text of it (UTC; the driver's datetime
+# loader is the slowest part of a row) and `detail` as its JSON text (arguments_diff is read from it).
+AUDIT_CSV_FIELDS = ("id", "created_text", *AUDIT_EXPORT_PLAIN, "note_text", "detail_text", "prev_hash", "hash")
+# As PostgreSQL writes it (the query is its batch's sub-select): the time itself, and the diff apart.
+AUDIT_EXPORT_FIELDS = (
     "id",
-    "created_text",
-    "actor",
-    "on_behalf_of",
-    "action",
-    "tool",
-    "approval_id",
-    "run_id",
-    "source",
-    "origin",
-    "outcome",
+    "created_at",
+    *AUDIT_EXPORT_PLAIN,
     "note_text",
+    "diff_text",
     "detail_text",
     "prev_hash",
     "hash",
@@ -231,20 +226,32 @@ _AUDIT_CSV_FIELDS = (
 
 
 def audit_csv_rows_after(entries: QuerySet[AuditEntry], *, pk: int, limit: int) -> list[tuple[Any, ...]]:
-    """Return up to `limit` of these entries after id `pk` as export rows (tuples of _AUDIT_CSV_FIELDS), by id.
+    """Return up to `limit` of these entries after id `pk` as export rows (tuples of AUDIT_CSV_FIELDS), by id."""
+    return list(_export_rows(entries.filter(pk__gt=pk), AUDIT_CSV_FIELDS)[:limit])
 
-    Keyset, plain tuples and `detail` as text: no model objects and no JSON decoded by the ORM.
-    """
-    rows = (
-        entries.filter(pk__gt=pk)
-        .order_by("pk")
-        .annotate(
-            created_text=Cast("created_at", TextField()),
-            note_text=KeyTextTransform("note", "detail"),
-            detail_text=Cast("detail", TextField()),
-        )
+
+def audit_csv_rows_between(
+    entries: QuerySet[AuditEntry], *, after: int, until: int | None, fields: tuple[str, ...]
+) -> QuerySet[AuditEntry, tuple[Any, ...]]:
+    """Return these entries with ids in (after, until] (no upper bound: None) as export rows of `fields`, by id."""
+    entries = entries.filter(pk__gt=after)
+    return _export_rows(entries if until is None else entries.filter(pk__lte=until), fields)
+
+
+def audit_nth_id_after(entries: QuerySet[AuditEntry], pk: int, n: int) -> int | None:
+    """Return the id of the n-th of these entries after id `pk` (None: there are fewer), read from the index."""
+    return next(iter(entries.filter(pk__gt=pk).order_by("pk").values_list("pk", flat=True)[n - 1 : n]), None)
+
+
+def _export_rows(entries: QuerySet[AuditEntry], fields: tuple[str, ...]) -> QuerySet[AuditEntry, tuple[Any, ...]]:
+    """Keyset order, plain tuples and `detail` as text: no model objects and no JSON decoded by the ORM."""
+    rows = entries.order_by("pk").annotate(
+        created_text=Cast("created_at", TextField()),
+        note_text=KeyTextTransform("note", "detail"),
+        diff_text=Cast(KeyTransform("arguments_diff", "detail"), TextField()),
+        detail_text=Cast("detail", TextField()),
     )
-    return list(rows.values_list(*_AUDIT_CSV_FIELDS)[:limit])
+    return rows.values_list(*fields)
 
 
 def audit_people() -> list[str]:
@@ -306,6 +313,8 @@ def user_get_active(user_id: int) -> User | None:
 def token_is_live(token_id: int) -> bool:
     """Return whether an API token exists and is not revoked."""
     return ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).exists()
+
+
 # -- runs list, insights and metrics (issue 11) -------------------------------------------
 
 
@@ -387,8 +396,6 @@ def saved_agent_get(*, owner_id: int, saved_id: int) -> SavedAgent:
         return SavedAgent.objects.get(owner_id=owner_id, pk=saved_id)
     except SavedAgent.DoesNotExist:
         raise NotFound(f"no saved agent {saved_id}") from None
-
-
 
 
 def grant_list(*, include_ended: bool = False) -> QuerySet[Grant]:

@@ -6,18 +6,11 @@ gets the partial that a full page includes, so every piece of markup has one tem
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import string
-import unicodedata
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from asgiref.sync import sync_to_async
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -37,7 +30,7 @@ from agents.policy.config import ConfigError, get_policy
 from agents.services import eligibility
 from agents.tools import registry
 from agents.tools.registry import summarize as registry_summarize
-from dashboard import playground
+from dashboard import audit_export, playground
 from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_required
 from dashboard.forms import AuditFilter, BulkDecisionForm, DecisionForm, InboxFilter, RunFilter, SavedFilterForm
 
@@ -576,25 +569,6 @@ def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 
 # -- audit -------------------------------------------------------------------------------
 
-AUDIT_CSV_COLUMNS = (
-    "created_at",
-    "actor",
-    "on_behalf_of",
-    "action",
-    "tool",
-    "approval_id",
-    "run_id",
-    "source",
-    "origin",
-    "outcome",
-    "note",
-    "arguments_diff",
-    "detail",
-    "prev_hash",
-    "hash",
-)
-
-
 AUDIT_DETAIL_SHOWN = ("note", "feedback", "arguments_diff", "error", "existing")
 
 
@@ -620,98 +594,12 @@ def audit(request: HttpRequest) -> HttpResponse:
 @require_GET
 @admin_required
 def audit_csv(request: HttpRequest) -> StreamingHttpResponse:
-    """Stream the filtered audit history as CSV, oldest first, one row per decision attempt.
-
-    The rows come from an async iterator, a batch at a time: under ASGI Django sends each
-    batch as it is read (a sync iterator would be read whole into memory first).
-    """
+    """Stream the filtered audit history as CSV, oldest first, one row per decision attempt."""
     entries = AuditFilter(request.GET).entries()
     name = f"agentfast-audit-{timezone.now():%Y%m%d-%H%M%S}.csv"
-    response = StreamingHttpResponse(_csv_lines(entries), content_type="text/csv; charset=utf-8")
+    response = StreamingHttpResponse(audit_export.csv_lines(entries), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
-
-
-# Rows per query and per chunk sent: big enough that per-query and per-send costs vanish, small
-# enough that memory stays flat (a few MB) whatever the size of the history.
-CSV_BATCH = 5000
-
-
-async def _csv_lines(entries: QuerySet[AuditEntry]) -> AsyncIterator[str]:
-    """Yield the header, then the rows a batch at a time, by id (keyset: each batch is one indexed query)."""
-    yield _csv_text([AUDIT_CSV_COLUMNS])
-    after: int | None = 0
-    while after is not None:
-        after, lines = await sync_to_async(_csv_batch)(entries, after)
-        if lines:
-            yield lines
-
-
-def _csv_batch(entries: QuerySet[AuditEntry], after: int) -> tuple[int | None, str]:
-    """Return the CSV lines of the next batch after id `after`, and its last id (None: the export is done)."""
-    batch = selectors.audit_csv_rows_after(entries, pk=after, limit=CSV_BATCH)
-    # PostgreSQL's UTF-8 text and jsonb hold neither NUL nor lone surrogates: only SQLite's rows need repair.
-    lines = _csv_text([_csv_row(row) for row in batch], repair=connection.vendor != "postgresql")
-    return (batch[-1][0] if len(batch) == CSV_BATCH else None), lines
-
-
-def _csv_text(rows: Iterable[Sequence[str]], *, repair: bool = True) -> str:
-    """Return rows as CSV text, with NUL and lone surrogates repaired in one pass over the whole batch."""
-    buffer = io.StringIO()
-    csv.writer(buffer).writerows(rows)
-    # Only NUL and lone surrogates need repair, and the CSV writer adds neither: repairing the
-    # batch's text once is the same as repairing each cell, at a fraction of the cost.
-    return text.repair(buffer.getvalue()) if repair else buffer.getvalue()
-
-
-# A cell starting with one of these is never a formula: most cells skip _spreadsheet_safe's call.
-_SAFE_FIRST = frozenset(string.ascii_letters + string.digits)
-
-
-def _csv_row(row: tuple[Any, ...]) -> list[str]:
-    """Return one entry's cells: (id, created_at text, the plain columns…, note, detail JSON, prev_hash, hash)."""
-    _, created_at, *columns, note, detail_text, prev_hash, hash_ = row
-    detail_text = detail_text or "{}"
-    # The stored JSON text is shown as it is, unless it has escapes to spell out (SQLite keeps
-    # non-ASCII as \uXXXX) or an argument diff to pick out: most rows skip the JSON work.
-    detail = json.loads(detail_text) if "\\" in detail_text or "arguments_diff" in detail_text else None
-    diff = detail.get("arguments_diff", {}) if isinstance(detail, dict) else {}
-    safe, ok = _spreadsheet_safe, _SAFE_FIRST
-    return [
-        _iso_time(created_at),
-        *[value if not value or value[0] in ok else safe(value) for value in columns],  # text columns: str already
-        "" if not note else note if note[0] in ok else safe(note),
-        json.dumps(diff, ensure_ascii=False, default=str) if diff else "{}",  # JSON objects: they start with "{"
-        detail_text if detail is None else json.dumps(detail, ensure_ascii=False, default=str),
-        prev_hash,
-        hash_,
-    ]
-
-
-def _iso_time(value: str) -> str:
-    """Return a stored time (the database's text of it, UTC) as ISO 8601 with its offset, as datetime.isoformat does.
-
-    Read as text and parsed here: the driver's datetime loader costs more than the rest of the row.
-    """
-    moment = datetime.fromisoformat(value)
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
-
-
-_FORMULA_STARTS = frozenset("=+-@")
-
-
-def _spreadsheet_safe(value: str) -> str:
-    """Defuse a cell a spreadsheet would run as a formula (CSV injection): notes and arguments are untrusted.
-
-    Spreadsheets skip leading spaces and line breaks and read fullwidth ＝＋－＠ as = + - @,
-    so the first visible character is normalized (NFKC) before it is checked.
-    """
-    if value[:1].isascii() and value[:1].isalnum():  # most cells: nothing to normalize or defuse
-        return value
-    if value[:1] in ("\t", "\r", "\n"):
-        return "'" + value
-    first = value.lstrip()[:1]
-    return "'" + value if first and unicodedata.normalize("NFKC", first)[:1] in _FORMULA_STARTS else value
 
 
 # -- health ------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from agents.services.audit import GENESIS, canonical_json, entry_fields, entry_h
 from dashboard import cli
 from tests.agents.test_races import N, in_processes, in_threads
 from tests.dashboard.test_audit import csv_body
-from tests.support.flows import decide, pending, start
+from tests.support.flows import EXPORT_READS_COMMITTED, decide, pending, start
 
 REFUND = "Refund order A1001 for 25.00 USD"
 TABLE = AuditEntry._meta.db_table
@@ -236,6 +236,7 @@ def test_it_keeps_one_chain_under_32_concurrent_writers(transactional_db, capsys
     assert verify(capsys) == (0, f"ok: {N} entries, head {entries[-1].hash}\n")
 
 
+@EXPORT_READS_COMMITTED
 def test_it_exports_the_hashes_in_the_csv(history, carol):
     client = Client()
     client.force_login(carol)

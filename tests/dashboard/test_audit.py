@@ -16,7 +16,7 @@ from agents import services
 from agents.models import Approval, AuditEntry
 from tests.dashboard.conftest import REFUND
 from tests.support.asgi import http_scope
-from tests.support.flows import decide, pending, start
+from tests.support.flows import EXPORT_READS_COMMITTED, decide, pending, start
 
 
 @pytest.fixture
@@ -87,6 +87,7 @@ def test_it_says_so_when_a_filter_is_malformed(client_for, carol, history):
     assert "Enter a valid date." in html and rows(html) == 0
 
 
+@EXPORT_READS_COMMITTED
 def test_it_exports_the_filtered_history_as_csv(client_for, carol, history):
     response = client_for(carol).get("/audit.csv?tool=refund_request")
 
@@ -99,6 +100,7 @@ def test_it_exports_the_filtered_history_as_csv(client_for, carol, history):
     assert table[0]["note"] == "half now" and table[1]["origin"] == "10.0.0.7"
 
 
+@EXPORT_READS_COMMITTED
 def test_it_defuses_spreadsheet_formulas_in_the_csv(client_for, carol, approval):
     decide(approval, "rejected", by="bob", note='=HYPERLINK("http://evil")')
 
@@ -134,6 +136,7 @@ def test_it_keeps_the_django_admin_for_admins(client_for, alice, carol):
     assert client_for(carol).get("/admin/agents/approval/").status_code == 200
 
 
+@EXPORT_READS_COMMITTED
 @pytest.mark.parametrize(
     "note",
     [" =1+1", "\n=1+1", "\r\n@SUM(A1)", "＝1+1", "＋1", "－1", "＠SUM(A1)", "\t=1", "  -2+3"],
@@ -157,6 +160,7 @@ def test_it_defuses_formulas_behind_spaces_newlines_and_fullwidth_signs(client_f
     assert row["note"].startswith("'") and row["note"][1:].strip() == note.strip()
 
 
+@EXPORT_READS_COMMITTED
 def test_it_accepts_the_last_day_there_is_as_a_filter(client_for, carol, history):
     client = client_for(carol)
 
@@ -167,6 +171,7 @@ def test_it_accepts_the_last_day_there_is_as_a_filter(client_for, carol, history
     assert export.status_code == 200 and len(csv_body(export).splitlines()) == 1  # the header alone
 
 
+@EXPORT_READS_COMMITTED
 def test_it_streams_the_csv_under_asgi_while_reading_it(client_for, carol, history):
     """Django's ASGI handler sends each part as the async iterator yields it, never the whole export first.
 
@@ -215,6 +220,7 @@ def test_it_streams_the_csv_under_asgi_while_reading_it(client_for, carol, histo
     assert len(table) == 4
 
 
+@EXPORT_READS_COMMITTED
 def test_it_lists_who_cancelled_a_run_and_from_where(client_for, carol, paused):
     attempt = services.Attempt(actor="carol", source="api", origin="10.0.0.9")
     services.run_cancel(run_id=paused.id, attempt=attempt)
@@ -258,6 +264,7 @@ def test_it_offers_users_and_tools_to_filter_by_and_keeps_what_was_typed(client_
     assert rows(html) == 1
 
 
+@EXPORT_READS_COMMITTED
 def test_it_exports_non_ascii_notes_as_written_in_both_note_and_detail(client_for, carol, approval):
     decide(approval, "rejected", by="bob", note="Größe – 払い戻し")
 

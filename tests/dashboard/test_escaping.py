@@ -13,7 +13,7 @@ from agents import runtime, services
 from agents.models import Approval
 from tests.dashboard.conftest import XSS
 from tests.support.fake_openai import FakeOpenAI, Reply
-from tests.support.flows import decide, pending, start
+from tests.support.flows import EXPORT_READS_COMMITTED, decide, pending, start
 
 PAYLOAD = "<img src=x onerror=alert(1)>"
 ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"
@@ -68,6 +68,7 @@ def surrogate_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai
     return fake_openai
 
 
+@EXPORT_READS_COMMITTED
 def test_it_pauses_and_renders_every_page_when_a_model_sends_lone_surrogates(client_for, alice, carol, surrogate_model):
     run = services.run_create(agent="support", input="Email bob", enqueue=False)
     runtime.drive(run.id, stream=False)

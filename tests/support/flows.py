@@ -5,8 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from agents import runtime, services
 from agents.models import Approval, Message, Run
+
+# On PostgreSQL the audit export reads its batches on two connections of their own, which see
+# only committed rows: a test of what it contains commits its data (a transactional test).
+EXPORT_READS_COMMITTED = pytest.mark.django_db(transaction=True)
 
 
 def start(prompt: str, *, agent: str = "support", auto_resume: bool = True) -> Run:
