@@ -184,7 +184,7 @@ _CELLS = ", ".join(
         f"{_ISO_TIME} AS created_at",  # digits and signs only: never quoted
         *(f"{_defused(f'coalesce(b.{name}, {chr(39) * 2})')} AS {name}" for name in _DEFUSED),
         f"{_DIFF} AS diff",
-        "b.detail",
+        "coalesce(b.detail, '{}') AS detail",  # never NULL: concat_ws would drop the cell, not write it empty
         "b.prev_hash",
         "b.hash",
     ]
