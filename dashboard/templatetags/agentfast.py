@@ -7,14 +7,18 @@ date, a character walk per prompt), which took a tenth of the page.
 
 from __future__ import annotations
 
+import threading
 import unicodedata
 from datetime import datetime
 from typing import Any
 
+from cachetools import LRUCache
 from django import template
+from django.template.loader import render_to_string
 from django.template.defaultfilters import stringfilter
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from agents import text
@@ -127,3 +131,36 @@ def event_time(value: datetime) -> str:
         moment.strftime("%Y-%m-%d %H:%M:%S"),
         moment.strftime("%H:%M:%S"),
     )
+
+
+# -- timeline entries ---------------------------------------------------------------------------
+# A stored RunEvent never changes, and its entry shows nothing of who looks: each is rendered once
+# per process and kept, up to a few MB of HTML, so a run page of 200 events renders only the new ones.
+TIMELINE_CACHE_CHARS = 8_000_000
+_TIMELINE_ENTRY_MAX_CHARS = 64_000  # an event with huge arguments is rendered each time, not kept
+_entries: LRUCache[tuple[Any, ...], SafeString] = LRUCache(maxsize=TIMELINE_CACHE_CHARS, getsizeof=len)
+_entries_lock = threading.Lock()  # the web process serves pages on several threads
+
+
+@register.simple_tag
+def timeline_entry(event: Any) -> SafeString:
+    """Return one timeline entry (dashboard/_event.html) of a stored event, rendered once per process.
+
+    Keyed by the row's id with its run, seq and time: an id reused after a rollback (SQLite) or
+    a database rebuilt under a running process names another event, and finds no entry.
+    """
+    if event.pk is None:
+        return _render_entry(event)
+    key = (event.pk, event.run_id, event.seq, event.created_at)
+    with _entries_lock:
+        html = _entries.get(key)
+    if html is None:
+        html = _render_entry(event)
+        if len(html) <= _TIMELINE_ENTRY_MAX_CHARS:
+            with _entries_lock:
+                _entries[key] = html
+    return html
+
+
+def _render_entry(event: Any) -> SafeString:
+    return SafeString(render_to_string("dashboard/_event.html", {"event": event}))
