@@ -14,8 +14,8 @@ from typing import Any
 
 from cachetools import LRUCache
 from django import template
-from django.template.loader import render_to_string
 from django.template.defaultfilters import stringfilter
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
