@@ -95,9 +95,11 @@
     document.dispatchEvent(new CustomEvent("agentfast:selection"));
   });
 
-  // A card has the reviewer's attention when focus is in it or it holds text they typed.
+  // A card has the reviewer's attention when focus is in it, its Reject… is open (a click on
+  // it need not leave the focus there) or it holds text they typed.
   function workedOn(card) {
     if (card.contains(document.activeElement) && document.activeElement !== document.body) return true;
+    if (card.querySelector("details.reject[open]")) return true;
     return Array.prototype.some.call(card.querySelectorAll("textarea, input[type=text]"), function (field) {
       return field.value.trim() !== "";
     });

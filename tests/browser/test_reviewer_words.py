@@ -112,3 +112,19 @@ def test_it_keeps_a_worked_on_card_whole_when_the_list_is_fetched_again(viewer, 
     assert page.input_value(note) == "not this one"
     assert Approval.objects.get(pk=first.id).status == Approval.Status.PENDING
     assert alices.errors == []
+
+
+def test_it_keeps_an_opened_reject_open_when_the_list_is_fetched_again(viewer, alice):
+    """Opening Reject… is working on the card, even once the focus has left it."""
+    [approval] = pending(start(REFUND, auto_resume=False))
+    page = viewer("alice").page
+    card = f"#card-{approval.id}"
+    page.wait_for_selector(".live[data-state=open]")
+    page.click(f"{card} [data-action=reject]")
+    page.eval_on_selector(card, "card => { card.dataset.marker = 'kept'; document.activeElement.blur(); }")
+
+    with page.expect_response(_fetched_again):
+        page.evaluate("htmx.trigger('#inbox', 'htmx:wsOpen')")
+
+    assert page.get_attribute(card, "data-marker") == "kept"
+    assert page.is_visible(f"{card} textarea[name=note]")
