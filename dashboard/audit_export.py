@@ -126,10 +126,11 @@ def _row(row: tuple[Any, ...]) -> list[str]:
     # non-ASCII as \uXXXX) or an argument diff to pick out: most rows skip the JSON work.
     detail = json.loads(detail_text) if "\\" in detail_text or "arguments_diff" in detail_text else None
     diff = detail.get("arguments_diff", {}) if isinstance(detail, dict) else {}
+    safe, ok = spreadsheet_safe, _SAFE_FIRST  # the first-character test inline: most cells skip the call
     return [
         _iso_time(created_at),
-        *map(spreadsheet_safe, columns),
-        spreadsheet_safe(note or ""),
+        *[value if not value or value[0] in ok else safe(value) for value in columns],
+        "" if not note else note if note[0] in ok else safe(note),
         json.dumps(diff, ensure_ascii=False, default=str) if diff else "{}",
         detail_text if detail is None else json.dumps(detail, ensure_ascii=False, default=str),
         prev_hash,
@@ -176,7 +177,8 @@ _DEFUSED = (*selectors.AUDIT_EXPORT_PLAIN, "note")
 # A falsy diff (what Python's `if diff` skips) is written as {}.
 _DIFF = """CASE WHEN b.diff IS NULL OR b.diff IN ('[]', '""', 'false', 'null', '0') THEN '{}' ELSE b.diff END"""
 # The names the batch's sub-select gives its columns (AUDIT_EXPORT_FIELDS, in order).
-_BATCH_COLUMNS = {"note_text": "note", "diff_text": "diff", "detail_text": "detail"}
+_RENAMED = {"note_text": "note", "diff_text": "diff", "detail_text": "detail"}
+_BATCH_COLUMNS = ", ".join(_RENAMED.get(name, name) for name in selectors.AUDIT_EXPORT_FIELDS)
 # Each row's cells, defused, then its line, quoted.
 _CELLS = ", ".join(
     [
@@ -206,10 +208,9 @@ def postgres_batch(entries: QuerySet[AuditEntry], after: int, until: int | None)
         inner, params = rows.query.sql_with_params()
     except EmptyResultSet:  # the filters select nothing (invalid ones do that)
         return ""
-    columns = ", ".join(_BATCH_COLUMNS.get(name, name) for name in selectors.AUDIT_EXPORT_FIELDS)
     statement = (
         f"SELECT string_agg({_LINE}, E'\\r\\n' ORDER BY c.id) || E'\\r\\n'"
-        f" FROM (SELECT {_CELLS} FROM ({inner}) AS b({columns}), (SELECT %s::text AS re) AS f) AS c"
+        f" FROM (SELECT {_CELLS} FROM ({inner}) AS b({_BATCH_COLUMNS}), (SELECT %s::text AS re) AS f) AS c"
     )
     with connection.cursor() as cursor:
         cursor.execute(statement, [*params, _FORMULA_RE])
