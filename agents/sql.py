@@ -3,20 +3,31 @@
 Raw SQL lives here alone, and only where the ORM cannot say it in one statement: the
 driver's hot path (lease, write, suspend) is one `UPDATE … RETURNING` each instead of an
 update and a read, and the execution claim is fenced by the run's state, read under the
-run's row lock, in the same statement. Every statement runs on SQLite (3.35+, RETURNING)
-and PostgreSQL; tests/agents/test_sql.py runs them on both.
+run's row lock, in the same statement. Or where building the statement costs the web
+process more than running it, on the path of every decision: the locked read of the
+approval with its call and run (the ORM spends about 2 ms of CPU composing it). Every
+statement runs on SQLite (3.35+, RETURNING) and PostgreSQL; tests/agents/test_sql.py runs
+them on both.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from django.contrib.auth.models import Group, Permission, User
+from django.contrib.contenttypes.models import ContentType
 from django.db import connection
-from django.db.models import BooleanField, F, Func
+from django.db.models import BooleanField, F, Func, Model
 
-from agents.models import Approval, Run, ToolCall
+from agents.models import ApiToken, Approval, AuditEntry, Run, ToolCall
 
+if TYPE_CHECKING:
+    from django.db.models import Field
+
+_APPROVAL = "agents_approval"
 _RUN = "agents_run"
 _TOOLCALL = "agents_toolcall"
 # EXISTS body for statements on agents_run: a pending suspend approval of that run.
@@ -30,6 +41,10 @@ _PENDING_SUSPEND_PARAMS = [Approval.Mode.SUSPEND, Approval.Status.PENDING]
 def db_time(value: datetime | None) -> str | datetime | None:
     """Return a datetime in the form the ORM stores it (SQLite keeps text), so raw and ORM rows compare alike."""
     return connection.ops.adapt_datetimefield_value(value)
+
+
+M = TypeVar("M", bound=Model)
+_Converter = Callable[[Any, Any, Any], Any]
 
 
 def _one(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
@@ -149,6 +164,137 @@ def toolcall_claim(*, tool_call_pk: int, now: datetime) -> bool:
     with connection.cursor() as cursor:
         cursor.execute(sql, [db_time(now), ToolCall.Status.RUNNING, tool_call_pk, Run.Status.CANCELLED])
         return bool(cursor.rowcount)
+
+
+@functools.cache
+def _token_user_sql() -> str:
+    user, token = User._meta.db_table, ApiToken._meta.db_table
+    permission, content_type = Permission._meta.db_table, ContentType._meta.db_table
+    own = User.user_permissions.through._meta.db_table
+    member, granted = User.groups.through._meta.db_table, Group.permissions.through._meta.db_table
+    named = f"JOIN {permission} p ON p.id = x.permission_id JOIN {content_type} ct ON ct.id = p.content_type_id"
+    # UNION ALL, not UNION: each branch is then filtered by the join's user id (an index probe),
+    # where a UNION would be computed for every user first. Python drops the duplicates.
+    return f"""
+        SELECT {_columns(User, "u")}, t.id, (t.last_used_at IS NULL OR t.last_used_at < %s),
+               perms.app_label, perms.codename
+        FROM {token} t
+        JOIN {user} u ON u.id = t.user_id
+        LEFT JOIN (
+            SELECT x.user_id AS user_id, ct.app_label AS app_label, p.codename AS codename FROM {own} x {named}
+            UNION ALL
+            SELECT m.user_id, ct.app_label, p.codename FROM {member} m JOIN {granted} x ON x.group_id = m.group_id {named}
+        ) perms ON perms.user_id = u.id AND u.is_active AND NOT u.is_superuser
+        WHERE t.token_hash = %s AND t.revoked_at IS NULL"""
+
+
+def token_user(*, token_hash: str, used_before: datetime) -> tuple[User, int, bool] | None:
+    """Return a live token's user, with the user's permissions read; its pk; whether its last use is older.
+
+    One statement for what Django reads in three (the token with its user; the user's own
+    permissions; their groups'). The permissions go where ModelBackend keeps them
+    (`_perm_cache`), as ModelBackend would have read them, so `has_perm` answers from memory.
+    An inactive user or a superuser reads none: the first has none, the second all.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_token_user_sql(), [db_time(used_before), token_hash])
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    user, (token_pk, stale, *_) = _instance(User, rows[0])
+    if user.is_active and not user.is_superuser:
+        user._perm_cache = {f"{row[-2]}.{row[-1]}" for row in rows if row[-1] is not None}  # type: ignore[attr-defined]
+    return user, token_pk, bool(stale)
+
+
+def approval_for_decision(approval_id: str) -> Approval | None:
+    """Return the approval with its call and run, locked: the run's row first, then the approval's.
+
+    The run's row first, as run_cancel takes it, so a decision and a cancel never interleave:
+    a cancel that came first has expired the approval, and the decision's compare-and-set
+    fails. Then the approval's: concurrent votes count one at a time. What `Approval.objects.select_for_update().select_related("tool_call", "run")` reads,
+    with the run's lock taken before by a sub-select (a one-time filter on PostgreSQL,
+    evaluated before the approval is read; the approval's run never changes, so its id is
+    read there unlocked). SQLite's BEGIN IMMEDIATE already holds the one write lock.
+    """
+    lock = connection.features.has_select_for_update
+    row = _one(_approval_for_decision_sql(lock), [approval_id] * (2 if lock else 1))
+    if row is None:
+        return None
+    found, rest = _instance(Approval, row)
+    found.tool_call, rest = _instance(ToolCall, rest)
+    found.run, _ = _instance(Run, rest)
+    return found
+
+
+@functools.cache
+def _approval_for_decision_sql(lock: bool) -> str:
+    approval, call, run = (_columns(m, alias) for m, alias in ((Approval, "a"), (ToolCall, "t"), (Run, "r")))
+    sql = f"""
+        SELECT {approval}, {call}, {run} FROM {_APPROVAL} a
+        JOIN {_TOOLCALL} t ON t.id = a.tool_call_id JOIN {_RUN} r ON r.id = a.run_id
+        WHERE a.id = %s"""
+    if lock:
+        sql += f"""
+          AND EXISTS (SELECT 1 FROM {_RUN} WHERE id = (SELECT run_id FROM {_APPROVAL} WHERE id = %s) FOR UPDATE)
+        FOR UPDATE"""
+    return sql
+
+
+def _columns(model: type[Model], alias: str) -> str:
+    """Every column of the model, in its fields' order, as `alias.column` (what `_instance` reads back)."""
+    columns = (cast(str, field.column) for field in model._meta.concrete_fields)  # concrete: each has one
+    return ", ".join(f"{alias}.{connection.ops.quote_name(column)}" for column in columns)
+
+
+_converters: dict[tuple[str, type[Model]], list[tuple[Any, list[_Converter]]]] = {}
+
+
+def _instance(model: type[M], row: tuple[Any, ...]) -> tuple[M, tuple[Any, ...]]:
+    """Build the model's instance from the row's first columns, converted as the ORM converts them; return the rest."""
+    fields = model._meta.concrete_fields
+    key = (connection.vendor, model)
+    if key not in _converters:
+        columns = [field.get_col(model._meta.db_table) for field in fields]
+        _converters[key] = [(c, connection.ops.get_db_converters(c) + c.get_db_converters(connection)) for c in columns]
+    values = []
+    for value, (column, converters) in zip(row, _converters[key], strict=False):
+        for converter in converters:
+            value = converter(value, column, connection)
+        values.append(value)
+    names = [field.attname for field in fields]
+    return model.from_db(connection.alias, names, values), row[len(fields) :]
+
+
+def approval_conclude(*, approval_id: str, tool_call_pk: int, fields: dict[str, Any]) -> bool:
+    """Compare-and-set a pending approval to its decision (`fields`: new values by field name); then its call.
+
+    The call awaiting approval takes the decision's status. Returns whether the approval
+    was still pending; the caller holds its row lock, so a second decision finds it decided.
+    """
+    sets, params = [], []
+    for name, value in fields.items():
+        field = cast("Field[Any, Any]", Approval._meta.get_field(name))  # a column, not a relation
+        sets.append(f"{connection.ops.quote_name(cast(str, field.column))} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_APPROVAL} SET {', '.join(sets)} WHERE id = %s AND status = %s",
+            [*params, approval_id, Approval.Status.PENDING],
+        )
+        if not cursor.rowcount:
+            return False
+        cursor.execute(
+            f"UPDATE {_TOOLCALL} SET status = %s WHERE id = %s AND status = %s",
+            [fields["status"], tool_call_pk, ToolCall.Status.AWAITING_APPROVAL],
+        )
+    return True
+
+
+def audit_head() -> str | None:
+    """Return the newest audit entry's hash (None: the chain is empty); the caller holds the chain's lock."""
+    row = _one(f"SELECT hash FROM {AuditEntry._meta.db_table} ORDER BY id DESC LIMIT 1", [])
+    return None if row is None else row[0]
 
 
 class JsonArrayHasAny(Func):

@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace, target: setup.Target) -> dict[str, Any]:
 
     if not (args.sustained_only and args.resume_after):
         start_workers()
-    daphne = setup.start_daphne(setup.VAR_DIR / "daphne.log")
+    daphne = setup.start_cli_serve(setup.VAR_DIR / "daphne.log")  # the web process as `make run` starts it
     results: dict[str, Any] = {}
     try:
         headers = {"Authorization": f"Bearer {token}"}
@@ -231,12 +231,12 @@ def decisions_per_second(
 
     measure.progress(f"deciding {decisions} approvals from {clients} HTTP clients")
     load = os.getloadavg()[0]
-    cpu0 = _cpu_seconds(web_pid)
+    cpu0, client0, machine0 = _cpu_seconds(web_pid), time.process_time(), _machine_cpu_seconds()
     t0 = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         answers = list(pool.map(decide, approval_ids))
     t_http = time.perf_counter()
-    cpu1 = _cpu_seconds(web_pid)
+    cpu1, client1, machine1 = _cpu_seconds(web_pid), time.process_time(), _machine_cpu_seconds()
     statuses = [status for status, _ in answers]
     taken = measure.summary([ms for _, ms in answers])
     rate = decisions / (t_http - t0)
@@ -266,6 +266,12 @@ def decisions_per_second(
         "web_cpu_ms_per_decision": measure.ms(cpu1 - cpu0) / decisions
         if cpu0 is not None and cpu1 is not None
         else None,
+        # Where the machine's CPU went while the decisions were taken: this process is the
+        # HTTP clients; the rest is the database, Redis and anything else running.
+        "client_cpu_ms_per_decision": measure.ms(client1 - client0) / decisions,
+        "machine_cpu_ms_per_decision": measure.ms(machine1 - machine0) / decisions
+        if machine0 is not None and machine1 is not None
+        else None,
         "loadavg_1m_before": load,
         "workers_started_after": start_workers is not None,
         "end_to_end_seconds": t_done - t_resume,
@@ -285,6 +291,17 @@ def _cpu_seconds(pid: int | None) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+
+
+def _machine_cpu_seconds() -> float | None:
+    """Return the CPU time every core of the machine spent busy so far (Linux's /proc; None elsewhere)."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # user … steal; guest time is in user already
 
 
 def _approval_id(run_id: str) -> str:
@@ -364,6 +381,7 @@ def render(results: dict[str, Any]) -> str:
         f" load average {sustained['loadavg_1m_before']:.2f} before)",
         f"  decided → resumed → effect → done    {n / done_s:8.1f} /s  ({done_s:.2f} s, {workers})",
         *_cpu_line(sustained.get("web_cpu_ms_per_decision")),
+        *_machine_line(sustained),
         f"  landed {sustained['decided']}/{n} decisions, {sustained['side_effects']} side effects:"
         f" lost {lost}, doubled {doubled}, HTTP errors {sustained['http_errors']}",
         f"  whole bench: {effects['approved']} approvals, {effects['side_effects']} side effects (exactly once each)",
@@ -375,6 +393,21 @@ def _cpu_line(cpu_ms: float | None) -> list[str]:
     if cpu_ms is None:
         return []
     return [f"  web process CPU per decision         {cpu_ms:8.2f} ms (one core's worth: {1000 / cpu_ms:.0f} /s)"]
+
+
+def _machine_line(sustained: dict[str, Any]) -> list[str]:
+    machine, web = sustained.get("machine_cpu_ms_per_decision"), sustained.get("web_cpu_ms_per_decision")
+    if machine is None or web is None:
+        return []
+    client = sustained["client_cpu_ms_per_decision"]
+    cores = os.cpu_count() or 1
+    return [
+        (
+            f"  machine CPU per decision             {machine:8.2f} ms"
+            f" (all {cores} cores' worth: {cores * 1000 / machine:.0f} /s):"
+            f" web {web:.2f}, HTTP clients {client:.2f}, database, Redis and the rest {machine - web - client:.2f}"
+        )
+    ]
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import Permission
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
@@ -28,23 +27,6 @@ _ORIGIN_CHARS = AuditEntry._meta.get_field("origin").max_length
 def is_reviewer(user: Any) -> bool:
     """Return whether the user may see and decide approvals (admins may too)."""
     return bool(user.is_authenticated and user.is_active and user.has_perm(DECIDE))
-
-
-def preload_permissions(user: Any) -> None:
-    """Read an active user's permissions in one query, where Django's ModelBackend keeps them.
-
-    ModelBackend reads a user's own and their groups' permissions in two queries, once per
-    user object; a bearer token's user is a new object on every request. This is the same
-    set, read as one UNION into the cache ModelBackend reads first (`_perm_cache`), so
-    `has_perm` answers exactly as it would, from memory. Superusers are left alone: they
-    have every permission without a read.
-    """
-    if not user.is_active or user.is_superuser or hasattr(user, "_perm_cache"):
-        return
-    columns = ("content_type__app_label", "codename")
-    own = Permission.objects.filter(user=user).values_list(*columns).order_by()
-    via_groups = Permission.objects.filter(group__user=user).values_list(*columns).order_by()
-    user._perm_cache = {f"{app_label}.{codename}" for app_label, codename in own.union(via_groups)}
 
 
 def is_admin(user: Any) -> bool:

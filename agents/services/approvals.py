@@ -8,14 +8,22 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from django.db import connection, transaction
-from django.db.models import Exists, Field, Model
+from django.db.models import Field, Model
 from django.utils import timezone
 
 from agents import events, notify, queue, sql, text
 from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, ToolCall, Vote, arguments_digest
 from agents.services import eligibility, grants
 from agents.services.audit import audit_append
-from agents.services.errors import AlreadyDecided, DigestMismatch, InvalidInput, NotFound, NotPermitted, WrongState
+from agents.services.errors import (
+    AlreadyDecided,
+    DigestMismatch,
+    InvalidInput,
+    NotFound,
+    NotPermitted,
+    ServiceError,
+    WrongState,
+)
 from agents.tools import InvalidArguments, ToolError, registry
 
 DECISIONS = (Approval.Status.APPROVED, Approval.Status.REJECTED)
@@ -75,9 +83,11 @@ def approval_decide(
 ) -> Decision:
     """Vote on a pending approval; a rejection, or the quorum's last approval, decides it (invariant 3).
 
-    1. Validate the request and who asks (refusals are audited and change nothing else).
-    2. Under the run's and the approval's row locks: refuse if the arguments are no longer
-       those the reviewer saw (`expect_digest`); record the vote, bound to the digest of
+    1. Under the run's and the approval's row locks, read in one statement: validate the
+       request and who asks, and refuse if the arguments are no longer those the reviewer
+       saw (`expect_digest`). A refusal is audited once its transaction is rolled back: it
+       changes nothing else.
+    2. Still under the locks: record the vote, bound to the digest of
        the arguments it approves (an edit makes them the current ones); a rejection, or
        `quorum` distinct approvals of the current digest, compare-and-sets pending →
        decision with the tool call, audit row and event, in one transaction.
@@ -87,20 +97,21 @@ def approval_decide(
     With `remember`, the decision also becomes a standing grant, in the same transaction; it
     is refused up front (NotPermitted, audited) unless the reviewer could have decided alone.
     """
-    approval = _get_or_audit(approval_id, decision, attempt)
-    arguments = _validated_or_audit(approval, decision, attempt, note, feedback, arguments, payload)
-    _permitted_or_audit(approval, decision, attempt)
-    if remember is not None:
-        _may_remember_or_audit(approval, decision, attempt, remember)
-    ask = _Ask(decision, attempt, note, feedback, arguments, payload, auto_resume)
-    result, mismatch = None, ""
-    with _one_writer(), transaction.atomic():
-        locked = _lock_for_decision(approval)
-        if locked.status == Approval.Status.PENDING:
-            if expect_digest and not _same_digest(expect_digest, locked.digest):
-                mismatch = locked.digest
-            else:
-                result = _vote(locked, ask)
+    if not _may_exist(approval_id):
+        _audit_refusal(approval_id, attempt, decision, AuditEntry.Outcome.NOT_FOUND, {})
+        raise _not_found(approval_id)
+    result, approval = None, None
+    try:
+        with _one_writer(), transaction.atomic():
+            approval = sql.approval_for_decision(approval_id)  # the run's row lock, then the approval's
+            if approval is None:
+                raise _Refused(AuditEntry.Outcome.NOT_FOUND, {}, _not_found(approval_id))
+            arguments = _validated(approval, decision, attempt, note, feedback, arguments, payload)
+            _check_permitted(approval, decision, attempt, remember)
+            if approval.status == Approval.Status.PENDING:
+                _check_digest(approval, expect_digest)
+                ask = _Ask(decision, attempt, note, feedback, arguments, payload, auto_resume)
+                result = _vote(approval, ask)
                 if remember is not None and result.outcome == AuditEntry.Outcome.DECIDED:
                     grant = grants.grant_create(
                         approval=result.approval,
@@ -110,26 +121,21 @@ def approval_decide(
                         source=attempt.source,
                     )
                     result = replace(result, grant=grant)
-    if mismatch:
-        _refuse_mismatch(approval, ask, expect_digest, mismatch)
+    except _Refused as refused:
+        # Audited once the decision's transaction is rolled back: a refusal changes nothing else.
+        _audit_refusal(approval_id, attempt, decision, refused.outcome, refused.detail, approval)
+        raise refused.error from None
     if result is not None:
         return result
-    return _refuse_or_repeat(approval.pk, decision, attempt, note, arguments)
+    return _refuse_or_repeat(approval_id, decision, attempt, note, arguments)
 
 
-def _lock_for_decision(approval: Approval) -> Approval:
-    """Lock the run's row, then the approval's (with its call and run), in one statement; return it as locked.
+class _Refused(Exception):
+    """A decision refused under the locks: what to audit, and the error its caller gets."""
 
-    The run's row first, as run_cancel does, so a decision and a cancel never interleave: a
-    cancel that came first has expired this approval, and the compare-and-set fails. Then
-    the approval's: concurrent votes count one at a time, so one of them decides. On
-    PostgreSQL the run's lock is the sub-select's, a one-time filter evaluated before the
-    approval is read; the rows are then locked as their latest committed versions.
-    """
-    rows = Approval.objects.select_for_update().select_related("tool_call", "run").filter(pk=approval.pk)
-    if connection.features.has_select_for_update:  # SQLite: BEGIN IMMEDIATE holds the one write lock
-        rows = rows.filter(Exists(Run.objects.select_for_update().filter(pk=approval.run_id)))
-    return rows.get()
+    def __init__(self, outcome: str, detail: dict[str, Any], error: ServiceError) -> None:
+        super().__init__(error.message)
+        self.outcome, self.detail, self.error = outcome, detail, error
 
 
 def _same_digest(expected: str, current: str) -> bool:
@@ -138,28 +144,29 @@ def _same_digest(expected: str, current: str) -> bool:
     return len(expected) >= SHORT_DIGEST_CHARS and current.startswith(expected)
 
 
-def _permitted_or_audit(approval: Approval, decision: str, attempt: Attempt) -> None:
+def _check_permitted(approval: Approval, decision: str, attempt: Attempt, remember: grants.Remember | None) -> None:
     reason = eligibility.refusal_for_name(attempt.decider, approval)
     if reason is not None:
-        _audit_refusal(approval.pk, attempt, decision, AuditEntry.Outcome.NOT_PERMITTED, {"error": reason}, approval)
-        raise NotPermitted(reason, field="decided_by")
-
-
-def _may_remember_or_audit(approval: Approval, decision: str, attempt: Attempt, remember: grants.Remember) -> None:
-    """Refuse the whole decision when it cannot be remembered: nobody may believe a grant exists that does not."""
+        raise _Refused(AuditEntry.Outcome.NOT_PERMITTED, {"error": reason}, NotPermitted(reason, field="decided_by"))
+    if remember is None:
+        return
+    # Refuse the whole decision when it cannot be remembered: nobody may believe a grant exists that does not.
     reason = grants.refusal(approval=approval, decision=decision, decider=attempt.decider)
     if reason is not None:
         message = f"this decision cannot be remembered: {reason}"
         detail = {"error": message, "remember": {"scope": remember.scope, "for_seconds": remember.seconds}}
-        _audit_refusal(approval.pk, attempt, decision, AuditEntry.Outcome.NOT_PERMITTED, detail, approval)
-        raise NotPermitted(message, field="remember")
+        raise _Refused(AuditEntry.Outcome.NOT_PERMITTED, detail, NotPermitted(message, field="remember"))
 
 
-def _refuse_mismatch(approval: Approval, ask: _Ask, expected: str, current: str) -> None:
+def _check_digest(approval: Approval, expected: str) -> None:
+    """Refuse a decision on arguments other than those the reviewer saw (`expect_digest`)."""
+    current = approval.digest
+    if not expected or _same_digest(expected, current):
+        return
     message = f"the arguments changed since you saw them (you saw {expected[:12]}, they are now {current[:12]})"
     detail = {"error": message, "expect_digest": expected, "arguments_digest": current}
-    _audit_refusal(approval.pk, ask.attempt, ask.decision, AuditEntry.Outcome.DIGEST_MISMATCH, detail, approval)
-    raise DigestMismatch(message, arguments_digest=current, approval=Approval.objects.get(pk=approval.pk))
+    error = DigestMismatch(message, arguments_digest=current, approval=approval)
+    raise _Refused(AuditEntry.Outcome.DIGEST_MISMATCH, detail, error)
 
 
 def _vote(approval: Approval, ask: _Ask) -> Decision:
@@ -175,9 +182,7 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
     # The approval's row lock serializes its votes: a plain check then insert cannot race here
     # (the unique constraint would still refuse a double). With a quorum of 1 (fixed when the
     # approval opened) any earlier vote decided it, so a pending one has none to repeat.
-    repeated = (
-        approval.quorum > 1 and Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists()
-    )
+    repeated = approval.quorum > 1 and Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists()
     vote = None
     if not repeated:
         vote = Vote.objects.create(
@@ -216,10 +221,12 @@ def _conclude(approval: Approval, ask: _Ask, *, votes: list[Vote] | None = None)
         "arguments": approval.arguments,
         "payload": ask.payload,
     }
-    Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(**fields)
+    sql.approval_conclude(approval_id=approval.pk, tool_call_pk=approval.tool_call_id, fields=fields)
     for name, value in fields.items():
         setattr(approval, name, value)
-    resume = _after_decision(approval, ask.attempt, ask.auto_resume)
+    resume = _announce_and_unblock(approval, ask.auto_resume)
+    # Last: the audit chain's lock is one for the whole database, held until the commit.
+    _audit(approval, ask.attempt, action=approval.status, outcome=AuditEntry.Outcome.DECIDED, detail=_detail(approval))
     notify.announce("approval.decided", approval.id)
     return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume, votes=votes)
 
@@ -239,16 +246,6 @@ def _announce_vote(approval: Approval, ask: _Ask, edited: bool) -> None:
         "edited": edited,
     }
     events.publish(run_id=approval.run_id, type=RunEvent.Type.APPROVAL_VOTED, data=data)
-
-
-def _after_decision(approval: Approval, attempt: Attempt, auto_resume: bool | None) -> bool:
-    ToolCall.objects.filter(pk=approval.tool_call_id, status=ToolCall.Status.AWAITING_APPROVAL).update(
-        status=approval.status
-    )
-    resume = _announce_and_unblock(approval, auto_resume)
-    # Last: the audit chain's lock is one for the whole database, held until the commit.
-    _audit(approval, attempt, action=approval.status, outcome=AuditEntry.Outcome.DECIDED, detail=_detail(approval))
-    return resume
 
 
 def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
@@ -283,34 +280,20 @@ def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
     return True
 
 
-def _get_or_audit(approval_id: str, decision: str, attempt: Attempt) -> Approval:
-    approval = _find(approval_id)
-    if approval is None:
-        _audit_refusal(approval_id, attempt, decision, AuditEntry.Outcome.NOT_FOUND, {})
-        raise NotFound(f"no approval {text.repair(approval_id)[:APPROVAL_ID_CHARS]}")
-    refusal = None
-    if decision not in DECISIONS:
-        refusal = InvalidInput(f"decision must be 'approved' or 'rejected', not {decision!r}", field="decision")
-    elif not attempt.actor.strip():
-        refusal = InvalidInput("who decides is required", field="decided_by")
-    if refusal is not None:
-        _audit_refusal(
-            approval_id, attempt, decision, AuditEntry.Outcome.INVALID_ARGUMENTS, {"error": refusal.message}, approval
-        )
-        raise refusal
-    return approval
+def _may_exist(approval_id: str) -> bool:
+    """Return whether an approval could have this id; one no approval can have (NUL, too long) is not looked up."""
+    return text.problem(approval_id) is None and len(approval_id) <= APPROVAL_ID_CHARS
+
+
+def _not_found(approval_id: str) -> NotFound:
+    return NotFound(f"no approval {text.repair(approval_id)[:APPROVAL_ID_CHARS]}")
 
 
 def _find(approval_id: str) -> Approval | None:
-    """Return the approval, or None; an id no approval can have (NUL, too long) is not even looked up."""
-    if text.problem(approval_id) is not None or len(approval_id) > APPROVAL_ID_CHARS:
-        return None
-    # No joins: the decision reads the row again, with its run and call, under the lock; this
-    # copy only validates the request (a rule that needs the run, four eyes, loads it).
-    return Approval.objects.filter(pk=approval_id).first()
+    return Approval.objects.filter(pk=approval_id).first() if _may_exist(approval_id) else None
 
 
-def _validated_or_audit(
+def _validated(
     approval: Approval,
     decision: str,
     attempt: Attempt,
@@ -319,8 +302,12 @@ def _validated_or_audit(
     arguments: dict[str, Any] | None,
     payload: dict[str, Any] | None,
 ) -> dict[str, Any] | None:
-    """Return the edited arguments, strictly validated against the tool's schema, or raise InvalidInput."""
+    """Return the edited arguments, strictly validated against the tool's schema; refuse a malformed request."""
     try:
+        if decision not in DECISIONS:
+            raise InvalidInput(f"decision must be 'approved' or 'rejected', not {decision!r}", field="decision")
+        if not attempt.actor.strip():
+            raise InvalidInput("who decides is required", field="decided_by")
         _check_texts(decision, note=note, feedback=feedback, arguments=arguments, payload=payload)
         if decision == Approval.Status.APPROVED:
             _check_answer(approval, payload)
@@ -330,15 +317,8 @@ def _validated_or_audit(
             raise InvalidInput("edited arguments only go with an approval", field="arguments")
         return _validated_edit(approval.tool, arguments)
     except InvalidInput as exc:
-        _audit_refusal(
-            approval.pk,
-            attempt,
-            decision,
-            AuditEntry.Outcome.INVALID_ARGUMENTS,
-            {"error": exc.message, "arguments": arguments},
-            approval=approval,
-        )
-        raise
+        detail = {"error": exc.message, "arguments": arguments}  # with what the refused request carried
+        raise _Refused(AuditEntry.Outcome.INVALID_ARGUMENTS, detail, exc) from None
 
 
 def _check_texts(decision: str, **values: Any) -> None:

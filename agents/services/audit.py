@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agents import text
+from agents import sql, text
 from agents.models import AuditEntry
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def _lock_chain() -> None:
 
 
 def _head() -> str:
-    return AuditEntry.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
+    return sql.audit_head() or GENESIS
 
 
 # -- the hash -------------------------------------------------------------------------

@@ -83,3 +83,51 @@ def test_it_claims_a_call_once(db):
     assert claims == [True, False, False]
     call = ToolCall.objects.get(pk=approval.tool_call_id)
     assert call.status == ToolCall.Status.RUNNING and call.executed_at == now
+
+
+def test_it_reads_a_tokens_user_with_permissions_and_whether_its_use_is_recorded(db):
+    from django.contrib.auth.backends import ModelBackend
+    from django.contrib.auth.models import Permission, User
+
+    from agents.models import ApiToken
+    from agents.services.tokens import _hash
+
+    services.user_create(username="rita", role="reviewer")  # another user's permissions are not rico's
+    rico = services.user_create(username="rico", role="reviewer")[0]
+    rico.user_permissions.add(Permission.objects.get(codename="decide_on_behalf"))
+    token = services.token_create(username="rico")[1]
+    now = timezone.now()
+
+    user, token_pk, stale = sql.token_user(token_hash=_hash(token), used_before=now)
+    assert (user.username, stale) == ("rico", True)  # never used yet
+    assert {"agents.decide_approval", "agents.decide_on_behalf"} <= user._perm_cache  # the group's and own
+    assert user._perm_cache == ModelBackend().get_all_permissions(User.objects.get(pk=rico.pk))
+    ApiToken.objects.filter(pk=token_pk).update(last_used_at=now)
+    assert sql.token_user(token_hash=_hash(token), used_before=now - timedelta(seconds=1))[2] is False
+    assert sql.token_user(token_hash=_hash(token), used_before=now + timedelta(seconds=1))[2] is True
+    assert sql.token_user(token_hash=_hash(token + "x"), used_before=now) is None
+    services.token_revoke(prefix=token)
+    assert sql.token_user(token_hash=_hash(token), used_before=now) is None
+
+
+def test_it_reads_an_approval_for_a_decision_as_the_orm_reads_it(db):
+    from django.db import transaction
+    from django.forms.models import model_to_dict
+
+    from agents.models import Approval
+
+    run = start(REFUND, auto_resume=False)
+    [approval] = pending(run)
+    Approval.objects.filter(pk=approval.pk).update(payload={"answer": "yes", "n": [1, 2.5]}, approvers=["ops"])
+
+    with transaction.atomic():
+        found = sql.approval_for_decision(approval.pk)
+    orm = Approval.objects.select_related("tool_call", "run").get(pk=approval.pk)
+
+    assert found is not None and sql.approval_for_decision("appr_none") is None
+    for ours, theirs in ((found, orm), (found.tool_call, orm.tool_call), (found.run, orm.run)):
+        fields = [field.attname for field in type(theirs)._meta.concrete_fields]
+        assert [getattr(ours, name) for name in fields] == [getattr(theirs, name) for name in fields]
+        assert not ours._state.adding and ours._state.db == theirs._state.db
+    assert found.payload == {"answer": "yes", "n": [1, 2.5]} and found.run.created_at.tzinfo is not None
+    assert model_to_dict(found) == model_to_dict(orm)

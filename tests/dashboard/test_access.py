@@ -175,18 +175,22 @@ def test_it_lets_a_user_without_a_role_sign_out_from_the_refusal(client_for, dav
     assert client.get("/runs").status_code == 302
 
 
-def test_it_preloads_the_same_permissions_django_reads(alice, carol):
+def test_a_tokens_user_comes_with_the_same_permissions_django_reads(alice, carol):
     from django.contrib.auth.backends import ModelBackend
     from django.contrib.auth.models import Permission, User
 
-    from dashboard.auth import ON_BEHALF, preload_permissions
+    from agents import services
+    from dashboard.auth import ON_BEHALF
 
     alice.user_permissions.add(Permission.objects.get(codename="decide_on_behalf"))  # her own, beside her group's
-    for user in (alice, carol):
-        preloaded = User.objects.get(pk=user.pk)
-        preload_permissions(preloaded)
-        assert preloaded._perm_cache == ModelBackend().get_all_permissions(User.objects.get(pk=user.pk))
-        assert preloaded._perm_cache  # each has some: the union lost none
-    preloaded = User.objects.get(pk=alice.pk)
-    preload_permissions(preloaded)
-    assert preloaded.has_perm(ON_BEHALF) and not preloaded.has_perm("agents.view_auditentry")
+    superuser = User.objects.create_superuser("root", password="pw")
+    for user in (alice, carol, superuser):
+        authenticated = services.token_authenticate(services.token_create(username=user.username)[1])
+        assert authenticated == user
+        expected = ModelBackend().get_all_permissions(User.objects.get(pk=user.pk))
+        assert getattr(authenticated, "_perm_cache", expected) == expected
+        assert expected  # each has some: the union lost none
+    authenticated = services.token_authenticate(services.token_create(username="alice")[1])
+    assert authenticated is not None and authenticated._perm_cache  # read with the token, not by has_perm
+    assert authenticated.has_perm(ON_BEHALF) and not authenticated.has_perm("agents.view_auditentry")
+    assert not hasattr(services.token_authenticate(services.token_create(username="root")[1]), "_perm_cache")
