@@ -4,10 +4,11 @@ Raw SQL lives here alone, and only where the ORM cannot say it in one statement:
 driver's hot path (lease, write, suspend) is one `UPDATE … RETURNING` each instead of an
 update and a read, and the execution claim is fenced by the run's state, read under the
 run's row lock, in the same statement. Or where building the statement costs the web
-process more than running it, on the path of every decision: the locked read of the
-approval with its call and run (the ORM spends about 2 ms of CPU composing it). Every
-statement runs on SQLite (3.35+, RETURNING) and PostgreSQL; tests/agents/test_sql.py runs
-them on both.
+process more than running it, on the path of every API decision: the token with its user
+and permissions, the locked read of the approval with its call and run (the ORM spent
+about 2 ms of CPU composing that one), the decision's compare-and-set and the audit
+chain's head. Every statement runs on SQLite (3.35+, RETURNING) and PostgreSQL;
+tests/agents/test_sql.py runs them on both.
 """
 
 from __future__ import annotations
@@ -212,10 +213,11 @@ def approval_for_decision(approval_id: str) -> Approval | None:
 
     The run's row first, as run_cancel takes it, so a decision and a cancel never interleave:
     a cancel that came first has expired the approval, and the decision's compare-and-set
-    fails. Then the approval's: concurrent votes count one at a time. What `Approval.objects.select_for_update().select_related("tool_call", "run")` reads,
-    with the run's lock taken before by a sub-select (a one-time filter on PostgreSQL,
-    evaluated before the approval is read; the approval's run never changes, so its id is
-    read there unlocked). SQLite's BEGIN IMMEDIATE already holds the one write lock.
+    fails. Then the approval's: concurrent votes count one at a time. What
+    `Approval.objects.select_for_update().select_related("tool_call", "run")` reads, with
+    the run's lock taken before by a sub-select (a one-time filter on PostgreSQL, evaluated
+    before the approval is read; the approval's run never changes, so its id is read there
+    unlocked). SQLite's BEGIN IMMEDIATE already holds the one write lock.
     """
     lock = connection.features.has_select_for_update
     row = _one(_approval_for_decision_sql(lock), [approval_id] * (2 if lock else 1))
@@ -247,23 +249,24 @@ def _columns(model: type[Model], alias: str) -> str:
     return ", ".join(f"{alias}.{connection.ops.quote_name(column)}" for column in columns)
 
 
-_converters: dict[tuple[str, type[Model]], list[tuple[Any, list[_Converter]]]] = {}
+@functools.cache
+def _readers(vendor: str, model: type[Model]) -> tuple[list[str], list[tuple[Any, list[_Converter]]]]:
+    """The model's field names, and each column with the converters the ORM applies to it on this database."""
+    fields = model._meta.concrete_fields
+    columns = [field.get_col(model._meta.db_table) for field in fields]
+    converters = [(c, connection.ops.get_db_converters(c) + c.get_db_converters(connection)) for c in columns]
+    return [field.attname for field in fields], converters
 
 
 def _instance(model: type[M], row: tuple[Any, ...]) -> tuple[M, tuple[Any, ...]]:
     """Build the model's instance from the row's first columns, converted as the ORM converts them; return the rest."""
-    fields = model._meta.concrete_fields
-    key = (connection.vendor, model)
-    if key not in _converters:
-        columns = [field.get_col(model._meta.db_table) for field in fields]
-        _converters[key] = [(c, connection.ops.get_db_converters(c) + c.get_db_converters(connection)) for c in columns]
+    names, columns = _readers(connection.vendor, model)
     values = []
-    for value, (column, converters) in zip(row, _converters[key], strict=False):
+    for value, (column, converters) in zip(row, columns, strict=False):
         for converter in converters:
             value = converter(value, column, connection)
         values.append(value)
-    names = [field.attname for field in fields]
-    return model.from_db(connection.alias, names, values), row[len(fields) :]
+    return model.from_db(connection.alias, names, values), row[len(names) :]
 
 
 def approval_conclude(*, approval_id: str, tool_call_pk: int, fields: dict[str, Any]) -> bool:

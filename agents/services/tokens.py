@@ -54,9 +54,11 @@ def token_authenticate(token: str) -> User | None:
     """Return the active user a live token belongs to, with their permissions read; or None. Records its use."""
     now = timezone.now()
     found = sql.token_user(token_hash=_hash(token), used_before=now - LAST_USED_RESOLUTION)
-    if found is None or not found[0].is_active:
+    if found is None:
         return None
     user, token_pk, stale = found
+    if not user.is_active:
+        return None
     # To the minute is enough to see which tokens are in use; a write per request is not.
     if stale:
         ApiToken.objects.filter(pk=token_pk).update(last_used_at=now)

@@ -329,3 +329,20 @@ def test_it_writes_each_new_card_to_every_open_inbox_over_daphne(daphne: Daphne,
         assert f'id="card-{approval.id}"' in html
         assert 'data-count="1"' in html
     assert payloads[0] == payloads[1]  # one reviewer's two inboxes: the same frame
+
+
+def test_it_keeps_daphnes_access_log_without_twisteds_copy_of_each_line(tmp_path: Path) -> None:
+    # At -v 2 daphne sends Twisted's log to Python logging: a line Twisted formatted would show.
+    server = Daphne(log=tmp_path / "daphne.log", env=child_env())
+    server.args[-1:-1] = ["-v", "2"]
+    server.start()
+    try:
+        server.wait_ready()
+        response = httpx.get(f"{server.url}/healthz?probe=access-log", headers={"User-Agent": "access-log-probe"})
+        assert response.status_code == 200
+        wait_for(lambda: "probe=access-log" in server.log_path.read_text(), what="daphne's access line")
+    finally:
+        server.stop()
+    log = server.log_path.read_text()
+    assert log.count("probe=access-log") == 1, log[-3000:]  # daphne's own line, once
+    assert "access-log-probe" not in log  # Twisted's combined format carries the user agent
