@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import openai
 
 from agents.llm.base import AssistantTurn, DeltaSink, ModelError, ProposedCall
+
+_PATH = "/chat/completions"
 
 
 class OpenAIModel:
@@ -33,14 +37,23 @@ class OpenAIModel:
         *,
         on_delta: DeltaSink | None = None,
     ) -> AssistantTurn:
-        request: dict[str, Any] = {"model": self.model, "messages": messages}
+        """Ask for the next turn; with `on_delta`, streamed, each text piece passed on as it comes.
+
+        The request goes through the SDK's client (its retries, timeouts, errors and SSE
+        reader) as the plain JSON it already is, and the answer comes back as plain JSON: the
+        typed `chat.completions.create` walked every message against its type hints and built
+        a pydantic object per streamed chunk, about a third of a worker's CPU under load.
+        """
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
-            request["tools"] = tools
+            body["tools"] = tools
         try:
             if on_delta is None:
-                return _from_message(self.client.chat.completions.create(**request))
-            stream = self.client.chat.completions.create(**request, stream=True)
-            return _from_stream(stream, on_delta)
+                return _from_completion(self.client.post(_PATH, body=body, cast_to=object))
+            chunks = self.client.post(
+                _PATH, body={**body, "stream": True}, cast_to=object, stream=True, stream_cls=openai.Stream[object]
+            )
+            return _from_chunks(chunks, on_delta)
         except (openai.OpenAIError, ModelError) as exc:
             # Name the model in every failure: it becomes the run's error a person reads.
             raise ModelError(f"{self.name}: {exc}") from exc
@@ -58,39 +71,86 @@ def _client(base_url: str | None, api_key: str, timeout: float, max_retries: int
     return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
 
 
-def _from_message(completion: Any) -> AssistantTurn:
-    # A body that is not JSON (a proxy's error page) comes back from the SDK as a str.
-    if not getattr(completion, "choices", None):
-        raise ModelError(f"the endpoint returned no choices: {str(completion)[:200]!r}")
-    message = completion.choices[0].message
-    calls = [
-        ProposedCall(id=call.id or "", name=call.function.name or "", arguments=call.function.arguments or "")
-        for call in (message.tool_calls or [])
-    ]
-    return AssistantTurn(content=message.content or "", tool_calls=calls)
+# What the endpoint sends is untrusted: a shape the protocol does not allow is a ModelError
+# (the run fails, saying why) or, inside a tool call, text the driver refuses to the model.
 
 
-def _from_stream(stream: Any, on_delta: DeltaSink) -> AssistantTurn:
+def _from_completion(body: object) -> AssistantTurn:
+    choice = _first_choice(body)
+    if choice is None:
+        # A body that is not JSON (a proxy's error page) comes back from the SDK as a str.
+        raise ModelError(f"the endpoint returned no choices: {str(body)[:200]!r}")
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise ModelError(f"the endpoint's choice has no message: {str(choice)[:200]!r}")
+    calls = [_proposed(call) for call in _dicts(message.get("tool_calls"))]
+    return AssistantTurn(content=_text(message.get("content")), tool_calls=calls)
+
+
+def _from_chunks(chunks: Iterable[object], on_delta: DeltaSink) -> AssistantTurn:
     """Join streamed chunks: text deltas go to on_delta, tool-call fragments by index."""
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     finished = False
-    for chunk in stream:
-        if not chunk.choices:
+    for chunk in chunks:
+        choice = _first_choice(chunk)
+        if choice is None:  # the last chunk may carry usage alone
             continue
-        finished = finished or chunk.choices[0].finish_reason is not None
-        delta = chunk.choices[0].delta
-        if delta.content:
-            text.append(delta.content)
-            on_delta(delta.content)
-        for fragment in delta.tool_calls or []:
-            call = calls.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
-            call["id"] = fragment.id or call["id"]
-            if fragment.function is not None:
-                call["name"] += fragment.function.name or ""
-                call["arguments"] += fragment.function.arguments or ""
+        finished = finished or choice.get("finish_reason") is not None
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            continue
+        piece = _text(delta.get("content"))
+        if piece:
+            text.append(piece)
+            on_delta(piece)
+        for position, fragment in enumerate(_dicts(delta.get("tool_calls"))):
+            index = fragment.get("index")
+            call = calls.setdefault(
+                index if isinstance(index, int) else position, {"id": "", "name": "", "arguments": ""}
+            )
+            call["id"] = _text(fragment.get("id")) or call["id"]
+            function = fragment.get("function")
+            if isinstance(function, dict):
+                call["name"] += _text(function.get("name"))
+                call["arguments"] += _arguments(function.get("arguments"))
     if not finished:
         # A dropped connection ends the stream quietly: half an answer must not pass as whole.
         raise ModelError("the stream ended before the model finished its turn (no finish_reason)")
     proposed = [ProposedCall(**calls[index]) for index in sorted(calls)]
     return AssistantTurn(content="".join(text), tool_calls=proposed)
+
+
+def _first_choice(body: object) -> dict[str, Any] | None:
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    return choices[0]
+
+
+def _dicts(value: object) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _proposed(call: dict[str, Any]) -> ProposedCall:
+    function = call.get("function")
+    function = function if isinstance(function, dict) else {}
+    return ProposedCall(
+        id=_text(call.get("id")), name=_text(function.get("name")), arguments=_arguments(function.get("arguments"))
+    )
+
+
+def _text(value: object) -> str:
+    """Return a text field as text: a list of content parts joined, anything else not text as empty."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "".join(part["text"] for part in _dicts(value) if isinstance(part.get("text"), str))
+    return ""
+
+
+def _arguments(value: object) -> str:
+    """Return a call's arguments as the JSON text the driver parses (some servers send an object)."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    return json.dumps(value)

@@ -187,11 +187,16 @@ class _Driver:
                 continue  # decided while we settled the step: settle it again
             self._report_deferred()
             _release_connection()
-            turn = model.complete(
-                model_messages(self.agent.system_prompt, self.messages),
-                [tool.spec() for tool in self.tools.values()],
-                on_delta=self._delta_sink(),
-            )
+            deltas = _Deltas(self.run.id) if self.stream else None
+            try:
+                turn = model.complete(
+                    model_messages(self.agent.system_prompt, self.messages),
+                    [tool.spec() for tool in self.tools.values()],
+                    on_delta=self._delta_sink(deltas),
+                )
+            finally:
+                if deltas is not None:
+                    deltas.flush()
             if not turn.tool_calls:
                 services.run_complete(run_id=self.run.id, owner=self.owner, seq=self._next_seq(), content=turn.content)
                 return Run.Status.COMPLETED
@@ -220,13 +225,13 @@ class _Driver:
     def _next_seq(self) -> int:
         return self.messages[-1].seq + 1 if self.messages else 1
 
-    def _delta_sink(self) -> DeltaSink | None:
-        if not self.stream and self.on_delta is None:
+    def _delta_sink(self, deltas: _Deltas | None) -> DeltaSink | None:
+        if deltas is None and self.on_delta is None:
             return None
 
         def sink(text: str) -> None:
-            if self.stream:
-                events.publish(run_id=self.run.id, type=RunEvent.Type.DELTA, data={"text": text}, persist=False)
+            if deltas is not None:
+                deltas.add(text)
             if self.on_delta is not None:
                 self.on_delta(text)
 
@@ -479,6 +484,34 @@ class _Driver:
             f"Update on a deferred call: {c.name} ({c.call_id}) → {json.dumps(c.result)}" for c in reports
         )
         self._append(Message.Role.SYSTEM, content, reports=reports)
+
+
+class _Deltas:
+    """Publish a turn's streamed text as live `delta` events, joined into one at most every DELTA_SECONDS.
+
+    A model streams a token a chunk; a push per token cost a channel-layer send each (and
+    each viewer a frame) for text a person reads no faster at 20 updates a second. The
+    first piece goes at once, so the stream starts without delay; `flush` sends the rest
+    when the turn ends.
+    """
+
+    DELTA_SECONDS = 0.05
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.pieces: list[str] = []
+        self.sent_at = -self.DELTA_SECONDS
+
+    def add(self, text: str) -> None:
+        self.pieces.append(text)
+        if time.monotonic() - self.sent_at >= self.DELTA_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pieces:
+            text, self.pieces = "".join(self.pieces), []
+            events.publish(run_id=self.run_id, type=RunEvent.Type.DELTA, data={"text": text}, persist=False)
+            self.sent_at = time.monotonic()
 
 
 def _has_approval(call: ToolCall) -> bool:

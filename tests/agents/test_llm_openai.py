@@ -6,20 +6,25 @@ database all run for real; only the model behind the endpoint is a script.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 
-from agents import services
+from agents import events, services
 from agents.llm import ModelError, get_model
 from agents.llm.openai import OpenAIModel
 from agents.models import Approval, Message, Run, SideEffect, ToolCall
 from agents.runtime import drive
+from agents.runtime.driver import _Deltas
 from tests.support.fake_openai import FakeOpenAI, Reply, text_pieces, tool_messages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,6 +181,67 @@ def test_it_raises_model_error_when_the_stream_is_cut_off(fake_openai: FakeOpenA
     with pytest.raises(ModelError, match="openai:test-model: the stream ended before the model finished"):
         _model(fake_openai).complete(USER, [], on_delta=pieces.append)
     assert pieces  # some text had arrived before the cut
+
+
+def test_it_reads_arguments_sent_as_an_object_and_text_sent_as_parts(fake_openai: FakeOpenAI) -> None:
+    # Some OpenAI-compatible servers send a call's arguments as an object and text as content parts.
+    call = {"id": "call_1", "type": "function", "function": {"name": "lookup_order", "arguments": {"order_id": "A1"}}}
+    parts = [{"type": "text", "text": "Looking "}, {"type": "image_url"}, {"type": "text", "text": "it up."}]
+    fake_openai.script(lambda body: Reply(body={"choices": [{"message": {"content": parts, "tool_calls": [call]}}]}))
+
+    turn = _model(fake_openai).complete(USER, [LOOKUP_SPEC])
+
+    assert turn.content == "Looking it up."
+    assert [(c.id, c.name, json.loads(c.arguments)) for c in turn.tool_calls] == [
+        ("call_1", "lookup_order", {"order_id": "A1"})
+    ]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [{"id": "call_1"}, {"id": 7, "function": "lookup_order"}, {"function": {"name": ["lookup_order"]}}],
+    ids=["no-function", "function-not-an-object", "name-not-text"],
+)
+def test_it_passes_a_malformed_tool_call_on_as_one_the_driver_refuses(fake_openai: FakeOpenAI, call: Any) -> None:
+    fake_openai.script(lambda body: Reply(body={"choices": [{"message": {"content": None, "tool_calls": [call]}}]}))
+
+    turn = _model(fake_openai).complete(USER, [LOOKUP_SPEC])
+
+    assert turn.content == "" and len(turn.tool_calls) == 1
+    assert turn.tool_calls[0].name == ""  # no tool has that name: the driver tells the model so
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"choices": [{"finish_reason": "stop"}]}, {"choices": [{"message": "hello"}]}, {"choices": []}, {"id": "x"}],
+    ids=["no-message", "message-not-an-object", "no-choice", "no-choices"],
+)
+def test_it_raises_model_error_when_the_answer_has_no_message(fake_openai: FakeOpenAI, body: dict[str, Any]) -> None:
+    fake_openai.script(lambda request: Reply(body=body))
+
+    with pytest.raises(ModelError, match=r"openai:test-model: the endpoint"):
+        _model(fake_openai).complete(USER, [])
+
+
+def test_it_joins_streamed_calls_sent_without_an_index_by_their_place(fake_openai: FakeOpenAI) -> None:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    calls = [
+        {"id": "call_1", "function": {"name": "lookup_order", "arguments": '{"order_id": "A1"}'}},
+        {"id": "call_2", "function": {"name": "lookup_order", "arguments": '{"order_id": "A2"}'}},
+    ]
+    chunks = [chunk({"content": "Both."}), chunk({"tool_calls": calls}), "not a chunk", chunk({}, "tool_calls")]
+    fake_openai.script(lambda body: Reply(chunks=chunks))  # type: ignore[arg-type]
+    pieces: list[str] = []
+
+    turn = _model(fake_openai).complete(USER, [LOOKUP_SPEC], on_delta=pieces.append)
+
+    assert pieces == ["Both."] and turn.content == "Both."
+    assert [(c.id, c.arguments) for c in turn.tool_calls] == [
+        ("call_1", '{"order_id": "A1"}'),
+        ("call_2", '{"order_id": "A2"}'),
+    ]
 
 
 # -- the whole runtime with an openai agent ------------------------------------------------
@@ -395,3 +461,47 @@ def test_it_preloads_the_openai_provider_only_when_an_agent_uses_it(models: list
     )
     found = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT)
     assert found.stdout.strip() == str(imported)
+
+
+def _live_deltas(run_id: str, drive_it: Callable[[], object]) -> list[str]:
+    """Drive the run while listening on its group, as a viewer's socket does; return the delta texts pushed."""
+    layer = get_channel_layer()
+
+    async def watch() -> list[str]:
+        channel = await layer.new_channel()
+        await layer.group_add(events.run_group(run_id), channel)
+        await sync_to_async(drive_it)()  # on this test's thread, in its transaction
+        await sync_to_async(events._publisher.flush)()
+        texts = []
+        while True:
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), 1.0)
+            except TimeoutError:
+                return texts
+            if message["event"] == "delta":
+                texts.append(message["data"]["text"])
+
+    return async_to_sync(watch)()
+
+
+def test_it_pushes_a_fast_stream_to_viewers_in_fewer_deltas_than_pieces(db, openai_agent: FakeOpenAI) -> None:
+    answer = " ".join(f"word{n}" for n in range(40))
+    openai_agent.script(lambda body: Reply(content=answer))
+    run_id = _start("Say forty words.")
+    pieces: list[str] = []
+
+    texts = _live_deltas(run_id, lambda: drive(run_id, on_delta=pieces.append))
+
+    assert pieces == text_pieces(answer)  # the caller's own sink still gets every piece
+    assert "".join(texts) == answer
+    assert 1 <= len(texts) < len(pieces)
+
+
+def test_it_pushes_each_piece_of_a_slow_stream_as_it_comes(db, openai_agent: FakeOpenAI) -> None:
+    answer = "Slowly but surely."
+    openai_agent.script(lambda body: Reply(content=answer, chunk_delay=_Deltas.DELTA_SECONDS * 2))
+    run_id = _start("Take your time.")
+
+    texts = _live_deltas(run_id, lambda: drive(run_id))
+
+    assert texts == text_pieces(answer)

@@ -61,6 +61,9 @@ class Reply:
     interleave: bool = False  # stream the fragments of several tool calls round-robin
     truncate: bool = False  # streamed: stop halfway, no finish_reason nor [DONE] (a dropped connection)
     raw_body: str | None = None  # sent as is, as text/html with this status (a proxy's error page)
+    # Sent as they are, as JSON, instead of what the fields above make: a server bending the protocol.
+    body: dict[str, Any] | None = None  # the whole answer
+    chunks: list[dict[str, Any]] | None = None  # the streamed chunks (then [DONE])
 
 
 Responder = Callable[[dict[str, Any]], Reply]
@@ -196,7 +199,7 @@ def _handler_for(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             elif body.get("stream"):
                 self._stream(body, reply)
             else:
-                self._json(200, _completion(body, reply))
+                self._json(200, reply.body if reply.body is not None else _completion(body, reply))
 
         def _json(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
@@ -220,7 +223,7 @@ def _handler_for(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
-            chunks = list(_chunks(body, reply))
+            chunks = reply.chunks if reply.chunks is not None else list(_chunks(body, reply))
             if reply.truncate:
                 chunks = chunks[: max(1, (len(chunks) - 1) // 2)]  # never the finishing chunk
             for chunk in chunks:
