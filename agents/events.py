@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -30,6 +31,7 @@ from django.dispatch import receiver
 
 from agents import sql, text
 from agents.models import RunEvent
+from agents.sql.chain import Chain, ChainResult, HeadValue
 
 logger = logging.getLogger(__name__)
 
@@ -119,15 +121,46 @@ def reserve(*, run_id: str, count: int) -> int:
 def record(*, run_id: str, last_seq: int, items: list[tuple[str, dict[str, Any]]]) -> None:
     """Store events whose seqs end at `last_seq` (reserved) and push them, in order, after commit."""
     first = last_seq - len(items) + 1
-    # What models and tools said is repaired, never refused: a lone surrogate would fail
-    # PostgreSQL's jsonb, and every later SSE frame or push of the event.
-    items = [(type, text.repair(data, max_depth=_MAX_DEPTH)) for type, data in items]
+    items = _repaired(items)
     rows = RunEvent.objects.bulk_create(
         RunEvent(run_id=run_id, seq=first + offset, type=type, data=data) for offset, (type, data) in enumerate(items)
     )
-    for row in rows:
-        message = _message(run_id, row.seq, row.type, row.data, pk=row.pk)
-        transaction.on_commit(functools.partial(_send, _groups(run_id, row.type), message))
+    _push_after_commit(run_id, [(row.pk, row.seq, row.type, row.data) for row in rows])
+
+
+def record_in(chain: Chain, *, run_id: str, items: list[tuple[str, dict[str, Any]]]) -> Callable[[ChainResult], None]:
+    """Add events to a chain whose head reserved their seqs (it returns `last_event_seq`); return their push.
+
+    Call what it returns with the chain's result: it pushes the events, in order, after commit.
+    """
+    items = _repaired(items)
+    count = len(items)
+    rows = [
+        {"run_id": run_id, "seq": HeadValue("last_event_seq", count - 1 - offset), "type": type, "data": data}
+        for offset, (type, data) in enumerate(items)
+    ]
+    index = chain.insert(RunEvent, rows, returning=("id", "seq")) if rows else -1
+
+    def push(result: ChainResult) -> None:
+        if index < 0:
+            return
+        pks = {seq: pk for pk, seq in result.inserted[index]}
+        first = result.head["last_event_seq"] - count + 1
+        _push_after_commit(run_id, [(pks[first + n], first + n, type, data) for n, (type, data) in enumerate(items)])
+
+    return push
+
+
+def _repaired(items: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    # What models and tools said is repaired, never refused: a lone surrogate would fail
+    # PostgreSQL's jsonb, and every later SSE frame or push of the event.
+    return [(type, text.repair(data, max_depth=_MAX_DEPTH)) for type, data in items]
+
+
+def _push_after_commit(run_id: str, events: list[tuple[int | None, int, str, dict[str, Any]]]) -> None:
+    for pk, seq, type, data in events:
+        message = _message(run_id, seq, type, data, pk=pk)
+        transaction.on_commit(functools.partial(_send, _groups(run_id, type), message))
 
 
 def _message(run_id: str, seq: int | None, type: str, data: dict[str, Any], *, pk: int | None = None) -> dict[str, Any]:

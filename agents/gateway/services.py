@@ -36,6 +36,7 @@ from agents.services.steps import (
     _policy_data,
     _record_automatic,
     _result_event,
+    _schedule_deadlines,
     toolcall_claim,
     toolcall_mark_in_doubt,
 )
@@ -215,6 +216,7 @@ def _record(run: Run, call_id: str, request: GateRequest, verdict: Verdict) -> N
     if call.hitl_mode:
         approval = _approval(row, mode=call.hitl_mode, request=None, expires_at=call.expires_at, verdict=verdict)
         approval.save(force_insert=True)
+        _schedule_deadlines([approval])
         type, data = _approval_required(row, request=None, suspended=False, verdict=verdict)
         items = [(type, {**data, "external": asked})]
     else:

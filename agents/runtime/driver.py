@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from agents import events, ids, services
+from agents import events, ids, services, sql
 from agents.llm import AssistantTurn, DeltaSink, ModelError, ProposedCall, get_model
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.policy import ConfigError, agent_for, get_policy
@@ -215,11 +215,8 @@ class _Driver:
             self.messages = [Message(run_id=self.run.id, seq=1, role=Message.Role.USER, content=self.run.input)]
             self.calls, self.approvals = [], {}
             return
-        self.messages = list(Message.objects.filter(run_id=self.run.id).order_by("seq"))
-        if self.steps == 0:  # no tool turn yet, so no tool calls: save the query
-            self.calls, self.approvals = [], {}
-            return
-        self.calls = list(ToolCall.objects.filter(run_id=self.run.id).select_related("approval").order_by("step", "id"))
+        # No tool turn yet (steps == 0), no tool calls: their query is saved.
+        self.messages, self.calls = sql.run_history(self.run.id, with_calls=self.steps > 0)
         self.approvals = {c.pk: c.approval for c in self.calls if _has_approval(c)}
 
     def _next_seq(self) -> int:

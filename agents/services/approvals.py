@@ -14,7 +14,7 @@ from django.utils import timezone
 from agents import events, notify, queue, sql, text
 from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, ToolCall, Vote, arguments_digest
 from agents.services import eligibility, grants
-from agents.services.audit import audit_append
+from agents.services.audit import CHAIN_LOCK, audit_append
 from agents.services.errors import (
     AlreadyDecided,
     DigestMismatch,
@@ -24,6 +24,7 @@ from agents.services.errors import (
     ServiceError,
     WrongState,
 )
+from agents.sql.chain import values_of
 from agents.tools import InvalidArguments, ToolError, registry
 
 DECISIONS = (Approval.Status.APPROVED, Approval.Status.REJECTED)
@@ -175,43 +176,46 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
     if edited:
         # An edit is its author's approval of new arguments: approvals of the old ones stop counting.
         approval.arguments, approval.arguments_digest = ask.arguments, arguments_digest(ask.arguments)
+    vote = Vote(
+        approval=approval,
+        voter=_fit(ask.attempt.decider, Vote, "voter"),
+        arguments_digest=approval.digest,
+        decision=ask.decision,
+        arguments=ask.arguments if edited else None,
+        note=ask.note,
+        source=_fit(ask.attempt.source, Vote, "source"),
+        origin=_fit(ask.attempt.origin, Vote, "origin"),
+        policy_version=approval.policy_version,
+        created_at=timezone.now(),
+    )
+    if approval.quorum == 1:
+        # Fixed when the approval opened: any earlier vote decided it, so this pending one has
+        # none to repeat, and this vote is all the quorum needs; it is written with the decision.
+        return _conclude(approval, ask, vote=vote)
+    if edited:
         Approval.objects.filter(pk=approval.pk).update(
             arguments=approval.arguments, arguments_digest=approval.arguments_digest
         )
-    key = {"voter": _fit(ask.attempt.decider, Vote, "voter"), "arguments_digest": approval.digest}
     # The approval's row lock serializes its votes: a plain check then insert cannot race here
-    # (the unique constraint would still refuse a double). With a quorum of 1 (fixed when the
-    # approval opened) any earlier vote decided it, so a pending one has none to repeat.
-    repeated = approval.quorum > 1 and Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists()
-    vote = None
-    if not repeated:
-        vote = Vote.objects.create(
-            approval=approval,
-            decision=ask.decision,
-            arguments=ask.arguments if edited else None,
-            note=ask.note,
-            source=_fit(ask.attempt.source, Vote, "source"),
-            origin=_fit(ask.attempt.origin, Vote, "origin"),
-            policy_version=approval.policy_version,
-            **key,
-        )
-    if repeated:
+    # (the unique constraint would still refuse a double).
+    key = {"voter": vote.voter, "arguments_digest": vote.arguments_digest}
+    if Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists():
         detail = {"note": ask.note, "arguments_digest": approval.digest, "tally": approval.tally}
         _audit(approval, ask.attempt, action=ask.decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail=detail)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.IDEMPOTENT)
-    # A quorum of 1 is met by this very vote: no need to count.
-    if (
-        ask.decision == Approval.Status.APPROVED
-        and approval.quorum > 1
-        and len(approval.counted_voters) < approval.quorum
-    ):
+    vote.save(force_insert=True)
+    if ask.decision == Approval.Status.APPROVED and len(approval.counted_voters) < approval.quorum:
         _announce_vote(approval, ask, edited)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.VOTED)
-    # A quorum of 1 had no earlier vote (it would have decided): this one is all there is.
-    return _conclude(approval, ask, votes=[vote] if vote is not None and approval.quorum == 1 else None)
+    return _conclude(approval, ask)
 
 
-def _conclude(approval: Approval, ask: _Ask, *, votes: list[Vote] | None = None) -> Decision:
+def _conclude(approval: Approval, ask: _Ask, *, vote: Vote | None = None) -> Decision:
+    """Decide the locked, pending approval: it, its call, the vote that decided it (if new) and the event, in one write.
+
+    One statement on PostgreSQL (agents.sql.chain), which also takes the audit chain's lock;
+    the audit entry follows, and the commit.
+    """
     fields = {
         "status": ask.decision,
         "decided_by": _fit(ask.attempt.decider, Approval, "decided_by"),
@@ -219,15 +223,30 @@ def _conclude(approval: Approval, ask: _Ask, *, votes: list[Vote] | None = None)
         "note": ask.note,
         "feedback": ask.feedback if ask.decision == Approval.Status.REJECTED else "",  # blank otherwise: refused
         "arguments": approval.arguments,
+        "arguments_digest": approval.arguments_digest,
         "payload": ask.payload,
     }
-    sql.approval_conclude(approval_id=approval.pk, tool_call_pk=approval.tool_call_id, fields=fields)
     for name, value in fields.items():
         setattr(approval, name, value)
-    resume = _announce_and_unblock(approval, ask.auto_resume)
+    chain = sql.decision(run_id=approval.run_id, approval_id=approval.pk, audit_lock=CHAIN_LOCK)
+    chain.update(Approval, approval.pk, fields, where={"status": Approval.Status.PENDING})
+    call = {"status": ask.decision}
+    chain.update(ToolCall, approval.tool_call_id, call, where={"status": ToolCall.Status.AWAITING_APPROVAL})
+    if vote is not None:
+        chain.insert(Vote, [values_of(vote)])
+    push = events.record_in(chain, run_id=approval.run_id, items=[_decided_event(approval)])
+    result = chain.run()
+    assert result is not None, "the run is locked by the decision: its row is there"
+    push(result)
+    head = result.head
+    resume = _unblock(approval, ask.auto_resume, head["status"], head["auto_resume"], head["others"])
     # Last: the audit chain's lock is one for the whole database, held until the commit.
-    _audit(approval, ask.attempt, action=approval.status, outcome=AuditEntry.Outcome.DECIDED, detail=_detail(approval))
+    detail = _detail(approval)
+    _audit(
+        approval, ask.attempt, action=approval.status, outcome=AuditEntry.Outcome.DECIDED, detail=detail, locked=True
+    )
     notify.announce("approval.decided", approval.id)
+    votes = [vote] if vote is not None else None
     return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume, votes=votes)
 
 
@@ -257,6 +276,11 @@ def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
     seq, run_status, run_auto_resume, others_pending = sql.run_reserve_events(
         run_id=approval.run_id, count=1, columns=("status", "auto_resume"), pending_suspend=True
     )
+    events.record(run_id=approval.run_id, last_seq=seq, items=[_decided_event(approval)])
+    return _unblock(approval, auto_resume, run_status, run_auto_resume, others_pending)
+
+
+def _decided_event(approval: Approval) -> tuple[str, dict[str, Any]]:
     data = {
         "approval_id": approval.id,
         "tool": approval.tool,
@@ -267,7 +291,13 @@ def _announce_and_unblock(approval: Approval, auto_resume: bool | None) -> bool:
     }
     if approval.arguments is not None:
         data["arguments"] = approval.arguments  # what runs, shown wherever the decision is
-    events.record(run_id=approval.run_id, last_seq=seq, items=[(RunEvent.Type.APPROVAL_DECIDED, data)])
+    return RunEvent.Type.APPROVAL_DECIDED, data
+
+
+def _unblock(
+    approval: Approval, auto_resume: bool | None, run_status: str, run_auto_resume: bool, others_pending: bool
+) -> bool:
+    """Enqueue, on commit, what a decision makes possible; return whether a resume was enqueued."""
     if approval.mode == Approval.Mode.DEFER:
         queue.deferred_on_commit(approval.tool_call_id)
         return False
@@ -452,8 +482,11 @@ def _detail(approval: Approval) -> dict[str, Any]:
     return detail
 
 
-def _audit(approval: Approval, attempt: Attempt, *, action: str, outcome: str, detail: dict[str, Any]) -> None:
-    _audit_refusal(approval.pk, attempt, action, outcome, detail, approval=approval)
+def _audit(
+    approval: Approval, attempt: Attempt, *, action: str, outcome: str, detail: dict[str, Any], locked: bool = False
+) -> None:
+    """Audit an attempt on a known approval; `locked`: this transaction holds the audit chain's lock already."""
+    _audit_refusal(approval.pk, attempt, action, outcome, detail, approval=approval, locked=locked)
 
 
 def _audit_refusal(
@@ -463,6 +496,7 @@ def _audit_refusal(
     outcome: str,
     detail: dict[str, Any],
     approval: Approval | None = None,
+    locked: bool = False,
 ) -> None:
     """Append an audit row; the approval may be unknown (a refused attempt on a bad id).
 
@@ -480,6 +514,7 @@ def _audit_refusal(
         origin=attempt.origin,
         outcome=outcome,
         detail=detail,
+        chain_locked=locked,
     )
 
 

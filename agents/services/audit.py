@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from django.db.models import Field
 
 GENESIS = "0" * 64
-# Any fixed 64-bit key works; this one spells "afaudit" so it is recognizable in pg_locks.
-_LOCK_KEY = int.from_bytes(b"afaudit", "big")
+# The chain's lock on PostgreSQL: any fixed 64-bit key works; this one spells "afaudit" so it
+# is recognizable in pg_locks.
+CHAIN_LOCK = int.from_bytes(b"afaudit", "big")
 HASHED_FIELDS = (
     "approval_id",
     "run_id",
@@ -56,11 +57,14 @@ def audit_append(
     on_behalf_of: str = "",
     origin: str = "",
     detail: Mapping[str, Any] | None = None,
+    chain_locked: bool = False,
 ) -> AuditEntry:
     """Append an entry to the audit chain, inside the caller's transaction if there is one.
 
     Whatever the caller passes is repaired and cut to its column, so auditing never fails
     on malformed input. The hash covers the values exactly as they are stored.
+    `chain_locked`: the caller's transaction took the chain's lock already (CHAIN_LOCK,
+    agents.sql.decision), which saves a statement.
     """
     values: dict[str, Any] = {
         "approval_id": approval_id,
@@ -77,13 +81,18 @@ def audit_append(
     entry = AuditEntry(**fields, detail=text.repair(dict(detail or {})))
     # No savepoint: a failed insert fails the caller's transaction anyway, and on PostgreSQL a
     # savepoint would cost two more round trips while the chain is locked.
+    locked = chain_locked and connection.in_atomic_block  # a lock outside a transaction ended with its statement
     with transaction.atomic(savepoint=False):
-        _lock_chain()
+        if not locked:
+            _lock_chain()
         entry.prev_hash = _head()  # a statement after the lock: it sees the head the last writer committed
         # The time is taken under the lock, so created_at never goes backwards along the chain.
         entry.created_at = timezone.now()
         entry.hash = entry_hash(entry.prev_hash, entry_fields(entry))
-        entry.save(force_insert=True)
+        result = sql.chain.inserting(entry, returning=("id",)).run()
+        assert result is not None  # an insert returns its row
+        entry.pk = result.head["id"]
+        entry._state.adding, entry._state.db = False, AuditEntry.objects.db  # as the ORM leaves a row it saved
     return entry
 
 
@@ -102,7 +111,7 @@ def _lock_chain() -> None:
     """
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CHAIN_LOCK])
 
 
 def _head() -> str:

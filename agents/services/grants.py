@@ -16,10 +16,10 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
-from agents import text
+from agents import sql, text
 from agents.models import Approval, AuditEntry, Grant, arguments_digest
 from agents.policy import config
 from agents.policy.config import ConfigError, ToolPolicy, agent_for, get_policy
@@ -174,14 +174,8 @@ def _audit_grant(grant: Grant, actor: str, source: str, action: str, outcome: st
 def grant_match(facts: CallFacts, tool: ToolPolicy) -> GrantMatch | None:
     """Return the live grant that decides this call, rejections first, or None (the policy's grant lookup)."""
     now = facts.now or timezone.now()
-    digest = arguments_digest(facts.args)
-    candidates = (
-        live(now)
-        .filter(tool=facts.tool, agent=facts.agent)
-        .filter(Q(scope=Grant.Scope.TOOL) | Q(scope=Grant.Scope.EXACT, arguments_digest=digest))
-        # "rejected" sorts after "approved": a remembered rejection is looked at first.
-        .order_by("-decision", "-created_at")
-    )
+    # "rejected" sorts after "approved": a remembered rejection is looked at first.
+    candidates = sql.grants_for(tool=facts.tool, agent=facts.agent, digest=arguments_digest(facts.args), now=now)
     for grant in candidates:
         if _still_authorized(grant, facts, tool):
             approved = grant.decision == Approval.Status.APPROVED

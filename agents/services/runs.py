@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from agents import events, ids, queue, sql, text
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.policy import ConfigError, agent_for
 from agents.services.errors import InvalidInput, LeaseLost, NotFound, WrongState
+from agents.sql.chain import Chain, ChainResult
 
 if TYPE_CHECKING:
     from agents.services.approvals import Attempt
@@ -58,19 +60,25 @@ def run_create(
         raise InvalidInput("the prompt is empty", field="input")
     if len(input) > MAX_INPUT_CHARS:
         raise InvalidInput(f"the prompt is longer than {MAX_INPUT_CHARS} characters", field="input")
-    with transaction.atomic():
-        run = Run.objects.create(
-            id=ids.new_run_id(),
-            agent=agent,
-            agent_config=agent_config,
-            input=input,
-            created_by=created_by,
-            started_from=started_from,
-            auto_resume=auto_resume,
-        )
-        Message.objects.create(run=run, seq=1, role=Message.Role.USER, content=input)
-        if enqueue:
-            queue.start_on_commit(run.id)
+    now = timezone.now()
+    run = Run(
+        id=ids.new_run_id(),
+        agent=agent,
+        agent_config=agent_config,
+        input=input,
+        created_by=created_by,
+        started_from=started_from,
+        auto_resume=auto_resume,
+        created_at=now,
+        updated_at=now,
+    )
+    # The run and its prompt in one write (one statement on PostgreSQL, agents.sql.chain).
+    chain = sql.chain.inserting(run, returning=("id",))
+    chain.insert(Message, [{"run_id": run.id, "seq": 1, "role": Message.Role.USER, "content": input}])
+    chain.run()
+    run._state.adding, run._state.db = False, Run.objects.db  # as the ORM leaves a row it saved
+    if enqueue:
+        queue.start_on_commit(run.id)
     return run
 
 
@@ -105,30 +113,38 @@ def run_write(
     *,
     run_id: str,
     owner: str | None,
-    events: int = 0,
+    items: Sequence[tuple[str, dict[str, Any]]] = (),
+    rows: Callable[[Chain], object] | None = None,
     release: bool = False,
     add_steps: int = 0,
     **fields: str,
-) -> int:
-    """Update the run row as its driver, in one statement; return the last reserved event seq.
+) -> ChainResult:
+    """Update the run as its driver, with the rows that hang on it and its events: all or nothing.
 
     The update is fenced by the lease (`lease_owner = owner`; LeaseLost if another driver
-    took the run), extends the lease or releases it, sets `fields`, adds `add_steps`, and
-    reserves `events` seqs for agents.events.record. With `owner=None` it applies to any
-    run that has not ended (a failure recorded from outside a drive).
+    took the run, and then nothing is written), extends the lease or releases it, sets
+    `fields` and adds `add_steps`. `rows` adds the write's other rows to the chain; the
+    events `items` get the seqs the update reserved and are pushed after commit. One
+    statement on PostgreSQL (agents.sql.chain). With `owner=None` it applies to any run that
+    has not ended (a failure recorded from outside a drive).
     """
-    last = sql.run_write(
+    chain = sql.run_write(
         run_id=run_id,
         owner=owner,
         now=timezone.now(),
-        events=events,
+        events=len(items),
         lease_until=None if release else lease_expiry(),
         add_steps=add_steps,
         fields=fields,
     )
-    if last is None:
+    if rows is not None:
+        rows(chain)
+    push = events.record_in(chain, run_id=run_id, items=list(items))
+    result = chain.run()
+    if result is None:
         raise LeaseLost(f"{owner or 'nobody'} cannot write {run_id}: another driver holds it or it has ended")
-    return last
+    push(result)
+    return result
 
 
 def run_renew_lease(*, run_id: str, owner: str, ttl: float | None = None) -> None:
@@ -156,21 +172,23 @@ def run_complete(*, run_id: str, owner: str, seq: int, content: str) -> None:
         (RunEvent.Type.MESSAGE, {"seq": seq, "role": "assistant", "content": content}),
         (RunEvent.Type.RUN_STATUS, {"status": "completed", "output": content}),
     ]
-    with transaction.atomic():
-        last = run_write(
-            run_id=run_id, owner=owner, events=len(items), release=True, status=Run.Status.COMPLETED, output=content
-        )
-        Message.objects.create(run_id=run_id, seq=seq, role=Message.Role.ASSISTANT, content=content)
-        events.record(run_id=run_id, last_seq=last, items=items)
+    answer = {"run_id": run_id, "seq": seq, "role": Message.Role.ASSISTANT, "content": content}
+    run_write(
+        run_id=run_id,
+        owner=owner,
+        items=items,
+        rows=lambda chain: chain.insert(Message, [answer]),
+        release=True,
+        status=Run.Status.COMPLETED,
+        output=content,
+    )
 
 
 def run_fail(*, run_id: str, owner: str | None, error: str) -> None:
     """Mark a run failed with a reason; with an owner, only if that owner still drives it."""
     error = text.repair(error)
     items: list[tuple[str, dict[str, Any]]] = [(RunEvent.Type.RUN_STATUS, {"status": "failed", "error": error})]
-    with transaction.atomic():
-        last = run_write(run_id=run_id, owner=owner, events=1, release=True, status=Run.Status.FAILED, error=error)
-        events.record(run_id=run_id, last_seq=last, items=items)
+    run_write(run_id=run_id, owner=owner, items=items, release=True, status=Run.Status.FAILED, error=error)
 
 
 def run_cancel(*, run_id: str, attempt: Attempt) -> Run:

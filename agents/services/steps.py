@@ -1,12 +1,13 @@
 """Writes of the run's driver: a model turn, tool claims and results, reports.
 
 Every write that appends to a run's conversation is fenced by the driver's lease
-(services.runs.run_write, which also reserves the event seqs, in the same transaction),
-so a driver that lost its run to the sweeper cannot append after the new one.
+(services.runs.run_write, which also reserves the event seqs, in the same write), so a
+driver that lost its run to the sweeper cannot append after the new one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -22,6 +23,7 @@ from agents.services import grants
 from agents.services.audit import audit_append
 from agents.services.deadlines import deadline_schedule
 from agents.services.runs import run_write
+from agents.sql.chain import Chain, InsertedValue, values_of
 
 
 @dataclass
@@ -52,16 +54,18 @@ def step_open(
     calls: list[PlannedCall],
     suspend: bool,
 ) -> int:
-    """Record a model turn with tool calls, its approvals and immediate outputs, in one transaction.
+    """Record a model turn with tool calls, its approvals and immediate outputs, all or nothing.
 
     With `suspend` (nothing left to run now, a suspend approval pending) the run is
-    suspended in the same transaction (invariant 4). A pause is announced by its
+    suspended in the same write (invariant 4). A pause is announced by its
     approval_required events alone (no separate status event), which keeps a paused run at
     six rows. Return the next free message seq. What the model wrote is repaired first
-    (agents.text): one bad character in its JSON must not make the run unreadable.
+    (agents.text): one bad character in its JSON must not make the run unreadable. One
+    statement on PostgreSQL, unless a rule or grant decided a call (its audit entry joins
+    the same transaction).
     """
     content, tool_calls, calls = text.repair(content), text.repair(tool_calls), [_repaired(c) for c in calls]
-    messages = [Message(run_id=run_id, seq=seq, role=Message.Role.ASSISTANT, content=content, tool_calls=tool_calls)]
+    messages = [_message_values(run_id, seq, Message.Role.ASSISTANT, content, tool_calls=tool_calls)]
     rows = [
         ToolCall(
             run_id=run_id,
@@ -87,22 +91,51 @@ def step_open(
             items.append((RunEvent.Type.TOOL_CALL, {**_call_data(row), **_policy_data(call.verdict)}))
     for call, row in zip(calls, rows, strict=True):
         if call.output is not None:
-            messages.append(_tool_message(run_id, call.call_id, seq=seq + len(messages), output=call.output))
+            messages.append(_message_values(run_id, seq + len(messages), Message.Role.TOOL, **_tool_output(call)))
             items.append(_result_event(row, call.output))
+    asked = [
+        _approval(row, mode=c.hitl_mode, request=c.request, expires_at=c.expires_at, verdict=c.verdict)
+        for c, row in zip(calls, rows, strict=True)
+        if c.hitl_mode
+    ]
+    decided = _automatic(rows, calls)
+
+    def add_rows(chain: Chain) -> None:
+        chain.insert(Message, messages)
+        inserted = chain.insert(ToolCall, [values_of(row) for row in rows], returning=("id", "call_id"))
+        chain.insert(Approval, [_approval_values(a, inserted) for a in [*asked, *(a for a, _ in decided)]])
+
     status = {"status": Run.Status.SUSPENDED} if suspend else {}
-    with transaction.atomic():
-        last = run_write(run_id=run_id, owner=owner, events=len(items), release=suspend, add_steps=1, **status)
-        Message.objects.bulk_create(messages)
-        ToolCall.objects.bulk_create(rows)
-        Approval.objects.bulk_create(
-            _approval(row, mode=c.hitl_mode, request=c.request, expires_at=c.expires_at, verdict=c.verdict)
-            for c, row in zip(calls, rows, strict=True)
-            if c.hitl_mode
-        )
-        _record_automatic(rows, calls)
-        events.record(run_id=run_id, last_seq=last, items=items)
-        notify.announce_all("approval.required", [ids.approval_id(run_id, c.call_id) for c in calls if c.hitl_mode])
+    with transaction.atomic() if decided else contextlib.nullcontext():
+        run_write(run_id=run_id, owner=owner, items=items, rows=add_rows, release=suspend, add_steps=1, **status)
+        _audit_automatic(decided)
+    _schedule_deadlines(asked)
+    notify.announce_all("approval.required", [approval.id for approval in asked])
     return seq + len(messages)
+
+
+def _message_values(
+    run_id: str, seq: int, role: str, content: str, *, tool_calls: Any = None, tool_call_id: str = ""
+) -> dict[str, Any]:
+    """Return a message row's values for a chain (agents.sql.chain)."""
+    return {
+        "run_id": run_id,
+        "seq": seq,
+        "role": role,
+        "content": content,
+        "tool_calls": tool_calls,
+        "tool_call_id": tool_call_id,
+    }
+
+
+def _tool_output(call: PlannedCall) -> dict[str, Any]:
+    return {"content": json.dumps(call.output), "tool_call_id": call.call_id}
+
+
+def _approval_values(approval: Approval, inserted_calls: int) -> dict[str, Any]:
+    """Return an approval's row for the chain, pointing at its call inserted in the same chain."""
+    call = InsertedValue(inserted_calls, "call_id", approval.tool_call.call_id)
+    return {**values_of(approval), "tool_call_id": call}
 
 
 def _repaired(call: PlannedCall) -> PlannedCall:
@@ -142,28 +175,43 @@ def _approval(
         approval.on_timeout = Approval.OnTimeout.RUN if verdict.action == "schedule" else verdict.on_timeout
         approval.escalate_to = list(verdict.escalate_to)
         approval.remind_every_seconds = verdict.remind_every_seconds
-    if expires_at is not None:
-        # Every pending approval is built here (runtime, gateway): its deadline fires on time from here.
-        deadline_schedule(approval_id=approval.id, when=expires_at)
     return approval
+
+
+def _schedule_deadlines(approvals: list[Approval]) -> None:
+    """Fire each pending approval's deadline on time (after commit): call it once the approvals are written."""
+    for approval in approvals:
+        if approval.expires_at is not None:
+            deadline_schedule(approval_id=approval.id, when=approval.expires_at)
 
 
 def _record_automatic(rows: list[ToolCall], calls: list[PlannedCall]) -> None:
     """Record each call a rule (or grant) allowed or denied as a decision: an approval row and an audit entry."""
-    decided = [(row, c.verdict) for c, row in zip(calls, rows, strict=True) if c.verdict and c.verdict.automatic]
-    if not decided:
-        return
+    decided = _automatic(rows, calls)
+    Approval.objects.bulk_create(approval for approval, _ in decided)
+    _audit_automatic(decided)
+
+
+def _automatic(rows: list[ToolCall], calls: list[PlannedCall]) -> list[tuple[Approval, Verdict]]:
+    """Return the decided approval of each call a rule (or grant) allowed or denied, with its verdict."""
     now = timezone.now()
-    approvals = []
-    for row, verdict in decided:
+    decided = []
+    for row, c in zip(rows, calls, strict=True):
+        verdict = c.verdict
+        if verdict is None or not verdict.automatic:
+            continue
         approval = _approval(row, mode=verdict.mode, request=None, expires_at=None, verdict=verdict)
         approval.status = Approval.Status.APPROVED if verdict.action == "allow" else Approval.Status.REJECTED
         approval.decided_by = verdict.decided_by
         approval.decided_at = now
         approval.note = text.repair(verdict.reason)[:2000]
-        approvals.append(approval)
-    Approval.objects.bulk_create(approvals)
-    for approval, (_, verdict) in zip(approvals, decided, strict=True):
+        decided.append((approval, verdict))
+    return decided
+
+
+def _audit_automatic(decided: list[tuple[Approval, Verdict]]) -> None:
+    """Audit each automatic decision (a grant's also counts its use), in the caller's transaction."""
+    for approval, verdict in decided:
         if verdict.grant_id:
             grants.grant_use(approval=approval, verdict=verdict)  # counts the use, and audits it
             continue
@@ -193,10 +241,6 @@ def _policy_data(verdict: Verdict | None) -> dict[str, Any]:
     if verdict.grant_id:
         policy["grant"] = verdict.grant_id
     return {"policy": policy}
-
-
-def _tool_message(run_id: str, call_id: str, *, seq: int, output: dict[str, Any]) -> Message:
-    return Message(run_id=run_id, seq=seq, role=Message.Role.TOOL, content=json.dumps(output), tool_call_id=call_id)
 
 
 def _call_data(call: ToolCall) -> dict[str, Any]:
@@ -243,15 +287,16 @@ def toolcall_finish(
     output: dict[str, Any],
     executed_arguments: dict[str, Any] | None = None,
 ) -> None:
-    """Memoize a call's output and tell the model, fenced by the lease."""
+    """Memoize a call's output and tell the model, fenced by the lease (one statement on PostgreSQL)."""
     output, executed_arguments = text.repair(output), text.repair(executed_arguments)
-    with transaction.atomic():
-        last = run_write(run_id=tool_call.run_id, owner=owner, events=1)
-        ToolCall.objects.filter(pk=tool_call.pk).update(
-            status=status, result=output, executed_arguments=executed_arguments
-        )
-        _tool_message(tool_call.run_id, tool_call.call_id, seq=seq, output=output).save(force_insert=True)
-        events.record(run_id=tool_call.run_id, last_seq=last, items=[_result_event(tool_call, output)])
+    memo = {"status": status, "result": output, "executed_arguments": executed_arguments}
+    told = _message_values(tool_call.run_id, seq, Message.Role.TOOL, json.dumps(output), tool_call_id=tool_call.call_id)
+
+    def add_rows(chain: Chain) -> None:
+        chain.update(ToolCall, tool_call.pk, memo)
+        chain.insert(Message, [told])
+
+    run_write(run_id=tool_call.run_id, owner=owner, items=[_result_event(tool_call, output)], rows=add_rows)
 
 
 def toolcall_record_result(
@@ -279,16 +324,10 @@ def toolcall_ask(
     """
     request = text.repair(request)
     tool_call.hitl_mode = Approval.Mode.SUSPEND
-    with transaction.atomic():
-        last = run_write(run_id=tool_call.run_id, owner=owner, events=1)
-        ToolCall.objects.filter(pk=tool_call.pk, executed_at=claimed_at).update(
-            executed_at=None, status=ToolCall.Status.AWAITING_APPROVAL, hitl_mode=tool_call.hitl_mode
-        )
-        approval = _approval(tool_call, mode=tool_call.hitl_mode, request=request, expires_at=expires_at)
-        approval.save(force_insert=True)
-        event = _approval_required(tool_call, request=request, suspended=False)
-        events.record(run_id=tool_call.run_id, last_seq=last, items=[event])
-        notify.announce("approval.required", approval.id)
+    approval = _approval(tool_call, mode=tool_call.hitl_mode, request=request, expires_at=expires_at)
+    event = _approval_required(tool_call, request=request, suspended=False)
+    _hand_back_claim(owner, tool_call, claimed_at, approval, event)
+    notify.announce("approval.required", approval.id)
     return approval
 
 
@@ -300,16 +339,24 @@ def toolcall_schedule(*, owner: str, tool_call: ToolCall, claimed_at: datetime, 
     """
     tool_call.hitl_mode = Approval.Mode.SUSPEND
     verdict = Verdict(action="schedule", run_at=run_at)
-    with transaction.atomic():
-        last = run_write(run_id=tool_call.run_id, owner=owner, events=1)
-        ToolCall.objects.filter(pk=tool_call.pk, executed_at=claimed_at).update(
-            executed_at=None, status=ToolCall.Status.AWAITING_APPROVAL, hitl_mode=tool_call.hitl_mode
-        )
-        approval = _approval(tool_call, mode=tool_call.hitl_mode, request=None, expires_at=run_at, verdict=verdict)
-        approval.save(force_insert=True)
-        data = {**_approval_required(tool_call, request=None, suspended=False)[1], "run_at": run_at.isoformat()}
-        events.record(run_id=tool_call.run_id, last_seq=last, items=[(RunEvent.Type.APPROVAL_REQUIRED, data)])
+    approval = _approval(tool_call, mode=tool_call.hitl_mode, request=None, expires_at=run_at, verdict=verdict)
+    data = {**_approval_required(tool_call, request=None, suspended=False)[1], "run_at": run_at.isoformat()}
+    _hand_back_claim(owner, tool_call, claimed_at, approval, (RunEvent.Type.APPROVAL_REQUIRED, data))
     return approval
+
+
+def _hand_back_claim(
+    owner: str, tool_call: ToolCall, claimed_at: datetime, approval: Approval, event: tuple[str, dict[str, Any]]
+) -> None:
+    """Release a call's claim and open its suspend approval, fenced by the lease."""
+    released = {"executed_at": None, "status": ToolCall.Status.AWAITING_APPROVAL, "hitl_mode": tool_call.hitl_mode}
+
+    def add_rows(chain: Chain) -> None:
+        chain.update(ToolCall, tool_call.pk, released, where={"executed_at": claimed_at})
+        chain.insert(Approval, [values_of(approval)])
+
+    run_write(run_id=tool_call.run_id, owner=owner, items=[event], rows=add_rows)
+    _schedule_deadlines([approval])
 
 
 def toolcall_mark_in_doubt(*, tool_call: ToolCall) -> bool:
@@ -334,16 +381,15 @@ def message_append(
     """Append a feedback or report message, fenced by the lease.
 
     `reports` are the deferred calls whose outcome this message tells the model; they are
-    marked reported in the same transaction, so the model is told once.
+    marked reported in the same write, so the model is told once.
     """
     content = text.repair(content)
-    with transaction.atomic():
-        last = run_write(run_id=run_id, owner=owner, events=1)
-        Message.objects.create(run_id=run_id, seq=seq, role=role, content=content, tool_call_id=tool_call_id)
-        if reports:
-            ToolCall.objects.filter(pk__in=[c.pk for c in reports]).update(reported_at=timezone.now())
-        events.record(
-            run_id=run_id,
-            last_seq=last,
-            items=[(RunEvent.Type.MESSAGE, {"seq": seq, "role": role, "content": content})],
-        )
+    now = timezone.now()
+
+    def add_rows(chain: Chain) -> None:
+        chain.insert(Message, [_message_values(run_id, seq, role, content, tool_call_id=tool_call_id)])
+        for call in reports or []:
+            chain.update(ToolCall, call.pk, {"reported_at": now})
+
+    items = [(RunEvent.Type.MESSAGE, {"seq": seq, "role": role, "content": content})]
+    run_write(run_id=run_id, owner=owner, items=items, rows=add_rows)

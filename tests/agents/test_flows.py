@@ -44,7 +44,7 @@ def test_it_drives_a_fresh_run_from_the_prompt_the_lease_returned(db):
     [approval] = pending(run)  # the model read the prompt: it asked for the refund of A1001
     assert approval.tool_call.arguments == {"order_id": "A1001", "amount_cents": 2500}
     statements = [q["sql"] for q in queries.captured_queries]
-    first_turn = next(i for i, sql in enumerate(statements) if sql.startswith('INSERT INTO "agents_message"'))
+    first_turn = next(i for i, sql in enumerate(statements) if 'INSERT INTO "agents_message"' in sql)
     # Up to the first model turn's writes, nothing read the one message the run had.
     assert not [sql for sql in statements[:first_turn] if 'FROM "agents_message"' in sql]
 

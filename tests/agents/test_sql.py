@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from agents import services, sql
-from agents.models import Run, ToolCall
+from agents.models import Approval, Grant, Message, Run, ToolCall
 from tests.support.flows import decide, pending, start
 
 REFUND = "Refund order A1001 for 25.00 USD"
@@ -47,8 +47,9 @@ def test_it_fences_a_drivers_write_by_its_lease(db):
     sql.run_lease(run_id=run.id, owner="w1", now=now, expires_at=now + timedelta(seconds=30))
     write = {"now": now, "lease_until": now + timedelta(seconds=30), "add_steps": 1, "fields": {"output": "x"}}
 
-    assert sql.run_write(run_id=run.id, owner="w1", events=2, **write) == 2
-    assert sql.run_write(run_id=run.id, owner="w2", events=1, **write) is None
+    first = sql.run_write(run_id=run.id, owner="w1", events=2, **write).run()
+    assert first is not None and first.head == {"last_event_seq": 2}
+    assert sql.run_write(run_id=run.id, owner="w2", events=1, **write).run() is None
     run.refresh_from_db()
     assert (run.steps, run.last_event_seq, run.output) == (1, 2, "x")
 
@@ -131,3 +132,59 @@ def test_it_reads_an_approval_for_a_decision_as_the_orm_reads_it(db):
         assert not ours._state.adding and ours._state.db == theirs._state.db
     assert found.payload == {"answer": "yes", "n": [1, 2.5]} and found.run.created_at.tzinfo is not None
     assert model_to_dict(found) == model_to_dict(orm)
+
+
+def _fields(instance: object) -> list[object]:
+    return [getattr(instance, field.attname) for field in type(instance)._meta.concrete_fields]
+
+
+def test_it_reads_a_runs_history_as_the_orm_reads_it(db, django_assert_num_queries):
+    run = start("Refund order A1001 for 25.00 USD and look up order A1002", auto_resume=False)
+    [approval] = pending(run)
+    decide(approval, "approved", auto_resume=False)
+
+    messages, calls = sql.run_history(run.id, with_calls=True)
+
+    assert [_fields(m) for m in messages] == [_fields(m) for m in Message.objects.filter(run=run).order_by("seq")]
+    orm_calls = list(ToolCall.objects.filter(run=run).select_related("approval").order_by("step", "id"))
+    assert [_fields(c) for c in calls] == [_fields(c) for c in orm_calls] and len(calls) >= 2
+    with django_assert_num_queries(0):  # each call's approval, or its absence, was read with it
+        approvals = {c.call_id: c.approval for c in calls if c.hitl_mode}
+        assert [c.call_id for c in calls if not c.hitl_mode and not hasattr(c, "approval")]
+    [(call_id, read)] = approvals.items()
+    assert _fields(read) == _fields(Approval.objects.get(pk=approval.pk)) and read.tool_call.call_id == call_id
+    assert not read._state.adding and messages[0].created_at.tzinfo is not None
+    assert sql.run_history(run.id, with_calls=False) == (messages, [])
+
+
+def test_it_reads_the_live_grants_of_a_call_rejections_first(db, alice):
+    now = timezone.now()
+    made = [
+        Grant.objects.create(
+            id=f"g{n}",
+            created_by="alice",
+            decision=decision,
+            scope=scope,
+            tool=tool,
+            agent="support",
+            arguments_digest=digest,
+            expires_at=now + timedelta(hours=hours),
+            revoked_at=revoked,
+        )
+        for n, (decision, scope, tool, digest, hours, revoked) in enumerate(
+            [
+                ("approved", "tool", "refund_request", "", 1, None),
+                ("rejected", "exact", "refund_request", "d1", 1, None),
+                ("approved", "exact", "refund_request", "d2", 1, None),  # other arguments
+                ("approved", "tool", "refund_request", "", -1, None),  # expired
+                ("approved", "tool", "refund_request", "", 1, now),  # revoked
+                ("approved", "tool", "send_email", "", 1, None),  # another tool
+            ]
+        )
+    ]
+
+    found = sql.grants_for(tool="refund_request", agent="support", digest="d1", now=now)
+
+    assert [g.id for g in found] == ["g1", "g0"]
+    assert [_fields(g) for g in found] == [_fields(Grant.objects.get(pk=g.pk)) for g in (made[1], made[0])]
+    assert sql.grants_for(tool="refund_request", agent="other", digest="d1", now=now) == []

@@ -1,14 +1,22 @@
 """The services' raw SQL: statements that return what they changed in one round trip.
 
-Raw SQL lives here alone, and only where the ORM cannot say it in one statement: the
-driver's hot path (lease, write, suspend) is one `UPDATE … RETURNING` each instead of an
-update and a read, and the execution claim is fenced by the run's state, read under the
-run's row lock, in the same statement. Or where building the statement costs the web
-process more than running it, on the path of every API decision: the token with its user
-and permissions, the locked read of the approval with its call and run (the ORM spent
-about 2 ms of CPU composing that one), the decision's compare-and-set and the audit
-chain's head. Every statement runs on SQLite (3.35+, RETURNING) and PostgreSQL;
-tests/agents/test_sql.py runs them on both.
+Raw SQL lives here alone (with agents.sql.chain, its writes of several rows), and only where
+the ORM cannot say it in one statement or costs more CPU composing a statement than the
+database spends running it:
+
+- the driver's hot path: the lease and the suspend are one `UPDATE … RETURNING` each; its
+  writes (a model turn, a tool's result, the final answer) are the run's fenced update and
+  the rows that hang on it, one statement on PostgreSQL (agents.sql.chain); it reads a run's
+  history and the grants of a proposed call without composing the queries each time; and
+  the execution claim is fenced by the run's state, read under the run's row lock, in the
+  same statement;
+- every API decision: the token with its user and permissions, the locked read of the
+  approval with its call and run (the ORM spent about 2 ms of CPU composing that one), the
+  decision's writes (one statement on PostgreSQL, with the audit chain's lock) and the
+  audit chain's head.
+
+Every statement runs on SQLite (3.35+, RETURNING) and PostgreSQL; tests/agents/test_sql.py
+and tests/agents/test_sql_chain.py run them on both.
 """
 
 from __future__ import annotations
@@ -16,19 +24,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from django.contrib.auth.models import Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.db.models import BooleanField, F, Func, Model
 
-from agents.models import ApiToken, Approval, AuditEntry, Run, ToolCall
-
-if TYPE_CHECKING:
-    from django.db.models import Field
+from agents.models import ApiToken, Approval, AuditEntry, Grant, Message, Run, ToolCall
+from agents.sql.chain import Chain
 
 _APPROVAL = "agents_approval"
+_MESSAGE = "agents_message"
 _RUN = "agents_run"
 _TOOLCALL = "agents_toolcall"
 # EXISTS body for statements on agents_run: a pending suspend approval of that run.
@@ -91,10 +98,11 @@ def run_write(
     lease_until: datetime | None,
     add_steps: int,
     fields: dict[str, str],
-) -> int | None:
-    """Update a run as its driver (fenced by the lease, or by not having ended); return the last event seq.
+) -> Chain:
+    """Return the chain whose head updates a run as its driver (fenced by the lease, or by not having ended).
 
-    `lease_until=None` releases the lease. None is returned when the fence refused.
+    The head returns the last event seq it reserved (`last_event_seq`), or no row when the
+    fence refused; the caller adds the rows that hang on it. `lease_until=None` releases the lease.
     """
     sets = ["updated_at = %s", "last_event_seq = last_event_seq + %s"]
     params: list[object] = [db_time(now), events]
@@ -112,11 +120,60 @@ def run_write(
     where, where_params = (
         ("lease_owner = %s", [owner]) if owner is not None else ("status NOT IN (%s, %s, %s)", list(Run.TERMINAL))
     )
-    row = _one(
-        f"UPDATE {_RUN} SET {', '.join(sets)} WHERE id = %s AND {where} RETURNING last_event_seq",
-        [*params, run_id, *where_params],
-    )
-    return None if row is None else row[0]
+    sql = f"UPDATE {_RUN} SET {', '.join(sets)} WHERE id = %s AND {where} RETURNING last_event_seq"
+    return Chain(sql, [*params, run_id, *where_params], ("last_event_seq",))
+
+
+def run_history(run_id: str, *, with_calls: bool) -> tuple[list[Message], list[ToolCall]]:
+    """Return what a driver reads of a run: its messages by seq and, `with_calls`, its calls with their approvals.
+
+    What `Message.objects.filter(run_id=…).order_by("seq")` and
+    `ToolCall.objects.filter(run_id=…).select_related("approval")` read, without composing
+    them for every step of every run: each call's approval (or its absence) is in its cache,
+    and the approval's call is the call.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_history_sql()[0], [run_id])
+        messages = [_instance(Message, row)[0] for row in cursor.fetchall()]
+        if not with_calls:
+            return messages, []
+        cursor.execute(_history_sql()[1], [run_id])
+        rows = cursor.fetchall()
+    calls = []
+    for row in rows:
+        call, rest = _instance(ToolCall, row)
+        approval = _instance(Approval, rest)[0] if rest[0] is not None else None
+        call._state.fields_cache["approval"] = approval
+        if approval is not None:
+            approval._state.fields_cache["tool_call"] = call
+        calls.append(call)
+    return messages, calls
+
+
+@functools.cache
+def _history_sql() -> tuple[str, str]:
+    messages = f"SELECT {_columns(Message, 'm')} FROM {_MESSAGE} m WHERE m.run_id = %s ORDER BY m.seq"
+    calls = f"""
+        SELECT {_columns(ToolCall, "t")}, {_columns(Approval, "a")} FROM {_TOOLCALL} t
+        LEFT JOIN {_APPROVAL} a ON a.tool_call_id = t.id WHERE t.run_id = %s ORDER BY t.step, t.id"""
+    return messages, calls
+
+
+def grants_for(*, tool: str, agent: str, digest: str, now: datetime) -> list[Grant]:
+    """Return the live grants of this tool and agent for any arguments or these (digest), rejections first.
+
+    Asked for every gated call the model proposes, and almost always empty: read by the
+    `grant_lookup` index without composing the query each time.
+    """
+    sql = f"""
+        SELECT {_columns(Grant, "g")} FROM {Grant._meta.db_table} g
+        WHERE g.tool = %s AND g.agent = %s AND g.expires_at > %s AND g.revoked_at IS NULL
+          AND (g.scope = %s OR (g.scope = %s AND g.arguments_digest = %s))
+        ORDER BY g.decision DESC, g.created_at DESC"""
+    params = [tool, agent, db_time(now), Grant.Scope.TOOL, Grant.Scope.EXACT, digest]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [_instance(Grant, row)[0] for row in cursor.fetchall()]
 
 
 def run_reserve_events(
@@ -136,6 +193,28 @@ def run_reserve_events(
     if row is None:
         raise LookupError(f"no run {run_id}")
     return tuple(row)
+
+
+def decision(*, run_id: str, approval_id: str, audit_lock: int) -> Chain:
+    """Return the chain of a decision; its head reserves the decision event's seq and reads the run.
+
+    The head returns `last_event_seq`, the run's `status` and `auto_resume`, and `others`:
+    whether a suspend approval of the run other than this one is still pending (the caller holds
+    the run's row lock, so nothing else decides meanwhile). On PostgreSQL it also takes the audit
+    chain's lock (`audit_lock`, held to the commit), which the decision's audit entry needs next:
+    a statement saved.
+    """
+    returning = (
+        f"last_event_seq, status, auto_resume, EXISTS ({_PENDING_SUSPEND} AND agents_approval.id <> %s) AS others"
+    )
+    params: list[Any] = [run_id, *_PENDING_SUSPEND_PARAMS, approval_id]
+    columns: tuple[str, ...] = ("last_event_seq", "status", "auto_resume", "others")
+    if connection.vendor == "postgresql":
+        returning += ", pg_advisory_xact_lock(%s) IS NULL AS audit_locked"
+        params.append(audit_lock)
+        columns += ("audit_locked",)
+    sql = f"UPDATE {_RUN} SET last_event_seq = last_event_seq + 1 WHERE id = %s RETURNING {returning}"
+    return Chain(sql, params, columns)
 
 
 def run_suspend(*, run_id: str, owner: str, now: datetime) -> bool:
@@ -267,31 +346,6 @@ def _instance(model: type[M], row: tuple[Any, ...]) -> tuple[M, tuple[Any, ...]]
             value = converter(value, column, connection)
         values.append(value)
     return model.from_db(connection.alias, names, values), row[len(names) :]
-
-
-def approval_conclude(*, approval_id: str, tool_call_pk: int, fields: dict[str, Any]) -> bool:
-    """Compare-and-set a pending approval to its decision (`fields`: new values by field name); then its call.
-
-    The call awaiting approval takes the decision's status. Returns whether the approval
-    was still pending; the caller holds its row lock, so a second decision finds it decided.
-    """
-    sets, params = [], []
-    for name, value in fields.items():
-        field = cast("Field[Any, Any]", Approval._meta.get_field(name))  # a column, not a relation
-        sets.append(f"{connection.ops.quote_name(cast(str, field.column))} = %s")
-        params.append(field.get_db_prep_save(value, connection))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {_APPROVAL} SET {', '.join(sets)} WHERE id = %s AND status = %s",
-            [*params, approval_id, Approval.Status.PENDING],
-        )
-        if not cursor.rowcount:
-            return False
-        cursor.execute(
-            f"UPDATE {_TOOLCALL} SET status = %s WHERE id = %s AND status = %s",
-            [fields["status"], tool_call_pk, ToolCall.Status.AWAITING_APPROVAL],
-        )
-    return True
 
 
 def audit_head() -> str | None:
