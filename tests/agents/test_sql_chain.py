@@ -59,6 +59,36 @@ def test_it_writes_the_rows_the_orm_would_write(db):
     assert timezone.now() - timedelta(seconds=5) < raw.created_at <= orm.created_at
 
 
+def test_it_carries_every_kind_of_field_as_the_orm_writes_it(db):
+    run = _leased()
+    calls = [
+        ToolCall.objects.create(run=run, call_id=f"c{n}", step=2, name="refund_request", status="a") for n in (1, 2)
+    ]
+    paris = timezone.get_fixed_timezone(60)
+    values = {
+        "run_id": run.id,
+        "tool": "refund_request",
+        "mode": Approval.Mode.SUSPEND,  # a choice, as the services pass it
+        "request": ODD,
+        "expires_at": timezone.now().astimezone(paris),  # another offset, microseconds
+        "remind_every_seconds": 0.1,
+        "four_eyes": True,
+        "quorum": 2,
+        "approvers": ["finance", "user:dan"],
+        "escalate_to": [],
+        "note": "",
+    }
+    chain = _write(run, "w1")
+    chain.insert(Approval, [{**values, "id": "raw", "tool_call_id": calls[0].pk}])
+    chain.run()
+    Approval.objects.create(**values, id="orm", tool_call_id=calls[1].pk)
+
+    raw, orm = Approval.objects.get(pk="raw"), Approval.objects.get(pk="orm")
+    same = ("mode", "status", "request", "expires_at", "remind_every_seconds", "four_eyes", "quorum", "approvers")
+    assert [getattr(raw, name) for name in same] == [getattr(orm, name) for name in same]
+    assert (raw.on_timeout, raw.escalate_to, raw.decided_at, raw.payload) == ("reject", [], None, None)
+
+
 def test_it_fills_in_field_defaults_and_keeps_given_values(db):
     run = _leased()
     call = ToolCall(run_id=run.id, call_id="c1", step=2, name="lookup_order", arguments=ODD, status="proposed")
