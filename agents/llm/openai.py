@@ -5,14 +5,15 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 import openai
 
 from agents.llm.base import AssistantTurn, DeltaSink, ModelError, ProposedCall
 
 _PATH = "/chat/completions"
+_T = TypeVar("_T")
 
 
 class OpenAIModel:
@@ -51,12 +52,29 @@ class OpenAIModel:
             if on_delta is None:
                 return _from_completion(self.client.post(_PATH, body=body, cast_to=object))
             chunks = self.client.post(
-                _PATH, body={**body, "stream": True}, cast_to=object, stream=True, stream_cls=openai.Stream[object]
+                _PATH, body={**body, "stream": True}, cast_to=object, stream=True, stream_cls=_Stream[object]
             )
             return _from_chunks(chunks, on_delta)
         except (openai.OpenAIError, ModelError) as exc:
             # Name the model in every failure: it becomes the run's error a person reads.
             raise ModelError(f"{self.name}: {exc}") from exc
+
+
+class _Stream(openai.Stream[_T]):
+    """The SDK's stream of chunks, which also reads the body to its end once `[DONE]` comes.
+
+    The SDK stops reading at `[DONE]` and closes the response, and a response closed before
+    its end takes its connection down with it: every streamed turn then opened a new
+    connection (and TLS session) to the endpoint. Read to the end, it goes back to the pool.
+    """
+
+    def _iter_events(self) -> Iterator[Any]:
+        events = super()._iter_events()
+        for event in events:
+            if event.data.startswith("[DONE]"):
+                for _ in events:
+                    pass
+            yield event
 
 
 @functools.lru_cache(maxsize=32)

@@ -165,15 +165,19 @@ def grants_for(*, tool: str, agent: str, digest: str, now: datetime) -> list[Gra
     Asked for every gated call the model proposes, and almost always empty: read by the
     `grant_lookup` index without composing the query each time.
     """
-    sql = f"""
+    params = [tool, agent, db_time(now), Grant.Scope.TOOL, Grant.Scope.EXACT, digest]
+    with connection.cursor() as cursor:
+        cursor.execute(_grants_sql(), params)
+        return [_instance(Grant, row)[0] for row in cursor.fetchall()]
+
+
+@functools.cache
+def _grants_sql() -> str:
+    return f"""
         SELECT {_columns(Grant, "g")} FROM {Grant._meta.db_table} g
         WHERE g.tool = %s AND g.agent = %s AND g.expires_at > %s AND g.revoked_at IS NULL
           AND (g.scope = %s OR (g.scope = %s AND g.arguments_digest = %s))
         ORDER BY g.decision DESC, g.created_at DESC"""
-    params = [tool, agent, db_time(now), Grant.Scope.TOOL, Grant.Scope.EXACT, digest]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [_instance(Grant, row)[0] for row in cursor.fetchall()]
 
 
 def run_reserve_events(

@@ -131,6 +131,16 @@ def test_it_joins_streamed_tool_call_fragments_by_index(fake_openai: FakeOpenAI,
     assert "".join(pieces) == turn.content == "Looking both up."
 
 
+def test_it_keeps_one_connection_to_the_endpoint_across_turns(fake_openai: FakeOpenAI) -> None:
+    fake_openai.script(lambda body: Reply(content="Streamed or not, on the same connection."))
+    model = _model(fake_openai)
+
+    for on_delta in (None, [].append, [].append, None):
+        assert model.complete(USER, [], on_delta=on_delta).content.startswith("Streamed")
+
+    assert len(fake_openai.peers) == 4 and len(set(fake_openai.peers)) == 1
+
+
 def test_it_raises_model_error_on_http_500(fake_openai: FakeOpenAI) -> None:
     fake_openai.script(lambda body: Reply(status=500, content="the GPU caught fire"))
 

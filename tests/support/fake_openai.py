@@ -108,6 +108,7 @@ class FakeOpenAI:
         self._respond = respond
         self._lock = threading.Lock()
         self._requests: list[dict[str, Any]] = []
+        self.peers: list[tuple[str, int]] = []  # the client's address of each request: one per connection kept
         self.errors: list[str] = []
         self.httpd = ThreadingHTTPServer((host, port), _handler_for(self))
         self.httpd.daemon_threads = True
@@ -132,6 +133,7 @@ class FakeOpenAI:
     def reset(self) -> None:
         with self._lock:
             self._requests.clear()
+            self.peers.clear()
             self.errors.clear()
 
     def start(self) -> FakeOpenAI:
@@ -163,6 +165,10 @@ class FakeOpenAI:
 
 def _handler_for(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        # Keep-alive, as model endpoints are: a client sends its next request on the same connection.
+        protocol_version = "HTTP/1.1"
+        timeout = 60  # an idle kept-alive connection is closed after this many seconds
+
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass  # keep test output clean
 
@@ -183,6 +189,8 @@ def _handler_for(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             except ValueError as exc:
                 self._json(400, _error_body(400, f"the body is not JSON: {exc}"))
                 return
+            with server._lock:
+                server.peers.append(self.client_address[:2])
             reply = server._answer(body)
             if reply.delay:
                 time.sleep(reply.delay)
@@ -218,22 +226,31 @@ def _handler_for(server: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _stream(self, body: dict[str, Any], reply: Reply) -> None:
-            # HTTP/1.0 without Content-Length: the body ends when the connection closes.
+            # Chunked, on a kept-alive connection; a cut-off stream is the close-delimited kind
+            # whose connection drops quietly halfway (what a proxy's dropped stream looks like).
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
+            if reply.truncate:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            else:
+                self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             chunks = reply.chunks if reply.chunks is not None else list(_chunks(body, reply))
             if reply.truncate:
                 chunks = chunks[: max(1, (len(chunks) - 1) // 2)]  # never the finishing chunk
             for chunk in chunks:
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.flush()
+                self._send_part(f"data: {json.dumps(chunk)}\n\n".encode(), chunked=not reply.truncate)
                 if reply.chunk_delay:
                     time.sleep(reply.chunk_delay)
             if reply.truncate:
                 return
-            self.wfile.write(b"data: [DONE]\n\n")
+            self._send_part(b"data: [DONE]\n\n", chunked=True)
+            self._send_part(b"", chunked=True)  # the last chunk: the body ends, the connection stays
+
+        def _send_part(self, data: bytes, *, chunked: bool) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
             self.wfile.flush()
 
     return Handler
