@@ -85,15 +85,27 @@ def audit_append(
     with transaction.atomic(savepoint=False):
         if not locked:
             _lock_chain()
-        entry.prev_hash = _head()  # a statement after the lock: it sees the head the last writer committed
         # The time is taken under the lock, so created_at never goes backwards along the chain.
         entry.created_at = timezone.now()
-        entry.hash = entry_hash(entry.prev_hash, entry_fields(entry))
-        result = sql.chain.inserting(entry, returning=("id",)).run()
-        assert result is not None  # an insert returns its row
-        entry.pk = result.head["id"]
+        if connection.vendor == "postgresql":
+            _insert_hashed_by_the_database(entry)
+        else:
+            entry.prev_hash = _head()  # a statement after the lock: it sees the head the last writer committed
+            entry.hash = entry_hash(entry.prev_hash, entry_fields(entry))
+            result = sql.chain.inserting(entry, returning=("id",)).run()
+            assert result is not None  # an insert returns its row
+            entry.pk = result.head["id"]
         entry._state.adding, entry._state.db = False, AuditEntry.objects.db  # as the ORM leaves a row it saved
     return entry
+
+
+def _insert_hashed_by_the_database(entry: AuditEntry) -> None:
+    """Insert the entry with PostgreSQL reading the head and hashing; check its hash is the one computed here."""
+    fields = entry_fields(entry)
+    entry.pk, entry.prev_hash, entry.hash = sql.audit_insert(entry, canonical=canonical_json(fields), genesis=GENESIS)
+    if entry.hash != entry_hash(entry.prev_hash, fields):
+        # Never write a link that audit_verify would call altered: fail the transaction instead.
+        raise RuntimeError(f"the database hashed audit entry {entry.pk} unlike entry_hash: not written")
 
 
 def _fit(name: str, value: str) -> str:

@@ -352,6 +352,28 @@ def _instance(model: type[M], row: tuple[Any, ...]) -> tuple[M, tuple[Any, ...]]
     return model.from_db(connection.alias, names, values), row[len(names) :]
 
 
+def audit_insert(entry: AuditEntry, *, canonical: str, genesis: str) -> tuple[int, str, str]:
+    """Insert an audit entry after the chain's head, hashed by PostgreSQL; return its id, prev_hash and hash.
+
+    The head is read by the insert itself (the caller holds the chain's lock, taken by an
+    earlier statement, so this statement's snapshot holds the last writer's commit), and the
+    hash is sha256 of the head followed by `canonical`, the entry's canonical JSON: one
+    statement where reading the head first took two. The caller checks the hash against its own.
+    """
+    fields = [f for f in AuditEntry._meta.concrete_fields if f.attname not in ("id", "prev_hash", "hash")]
+    columns = ", ".join(connection.ops.quote_name(cast(str, f.column)) for f in fields)
+    values = [f.get_db_prep_save(getattr(entry, f.attname), connection) for f in fields]
+    table = AuditEntry._meta.db_table
+    sql = f"""
+        INSERT INTO {table} ({columns}, prev_hash, hash)
+        SELECT {", ".join(["%s"] * len(fields))}, head.hash, encode(sha256(convert_to(head.hash || %s, 'UTF8')), 'hex')
+        FROM (SELECT COALESCE((SELECT hash FROM {table} ORDER BY id DESC LIMIT 1), %s) AS hash) head
+        RETURNING id, prev_hash, hash"""
+    row = _one(sql, [*values, canonical, genesis])
+    assert row is not None  # an INSERT … SELECT of one row returns it
+    return row[0], row[1], row[2]
+
+
 def audit_head() -> str | None:
     """Return the newest audit entry's hash (None: the chain is empty); the caller holds the chain's lock."""
     row = _one(f"SELECT hash FROM {AuditEntry._meta.db_table} ORDER BY id DESC LIMIT 1", [])

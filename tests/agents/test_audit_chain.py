@@ -93,6 +93,17 @@ def test_it_hashes_what_the_database_gives_back(history):
         assert entry_hash(entry.prev_hash, entry_fields(entry)) == entry.hash
 
 
+def test_it_hashes_odd_text_as_the_database_stores_it(history):
+    odd = 'émoji 😀 e\u0301 "quoted" \\back\\ \t tab 日本 \u2028 line'
+    entry = services.audit_append(
+        approval_id=odd, action="noted", actor=odd, source="api", outcome="decided", origin=odd, detail={odd: [odd]}
+    )
+
+    stored = AuditEntry.objects.get(pk=entry.pk)
+    assert (stored.actor, stored.detail, stored.prev_hash) == (odd, {odd: [odd]}, history[-1].hash)
+    assert stored.hash == entry.hash == entry_hash(stored.prev_hash, entry_fields(stored))
+
+
 def test_it_verifies_an_intact_chain(history, capsys):
     code, out = verify(capsys)
 
