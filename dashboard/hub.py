@@ -243,6 +243,15 @@ class Watch:
     def tick(self) -> float:
         return self._tick if self.live else self._poll
 
+    @property
+    def idle(self) -> bool:
+        """Whether the stream waits in `next` with nothing left to take: all it was handed is sent."""
+        return self._waiter is not None and not self._items
+
+    def sent_now(self) -> None:
+        """Count a message the member sent itself (not through `next`) as activity: the next tick moves."""
+        self._due = time.monotonic() + self.tick
+
     async def __aenter__(self) -> Self:
         try:
             for group in self.groups:
