@@ -1,11 +1,21 @@
-"""Live bytes written straight to a connection."""
+"""Live bytes written straight to a connection, and what lets thousands of streams open quickly."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from asgiref.sync import iscoroutinefunction
+from django.db import connection
+from django.db.backends.signals import connection_created
+from django.http import HttpRequest, HttpResponse
+from django.test import RequestFactory
 from twisted.internet.testing import StringTransport
 from twisted.web import http
 
+from agents import selectors
+from dashboard import hub
+from dashboard.middleware import StaticFilesMiddleware
 from dashboard.wire import StreamWire
 
 
@@ -53,3 +63,46 @@ async def test_it_finds_no_connection_to_write_to_outside_daphne() -> None:
 
     assert StreamWire.of(None) is None
     assert StreamWire.of(send) is None
+
+
+async def test_static_files_pass_an_async_request_on_without_a_thread() -> None:
+    called_in: list[int] = []
+
+    async def view(request: HttpRequest) -> HttpResponse:
+        called_in.append(threading.get_ident())
+        return HttpResponse("from the view")
+
+    middleware = StaticFilesMiddleware(view)
+    assert iscoroutinefunction(middleware)  # Django then calls it on the event loop, not on a thread
+
+    response = await middleware(RequestFactory().get("/api/events"))
+
+    assert response.content == b"from the view"
+    assert called_in == [threading.get_ident()]  # on this loop's own thread
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_streams_reads_keep_their_threads_connection_as_a_request_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened: list[object] = []
+
+    def note(sender: object, connection: object, **kwargs: object) -> None:
+        opened.append(connection)
+
+    def read_something() -> bool:
+        return selectors.run_exists("run_none")
+
+    connection_created.connect(note)
+    try:
+        # As the tests' own settings (and PostgreSQL's pool): each read lets its connection go.
+        for _ in range(3):
+            await hub.read(read_something)
+        assert len(opened) == 3
+        # As settings that keep connections (SQLite, or PostgreSQL without the pool): one a thread, not one a read.
+        monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 600)
+        for _ in range(3):
+            await hub.read(read_something)
+        assert len(opened) == 4
+    finally:
+        connection_created.disconnect(note)
