@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import hashlib
 import logging
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from django.template.loader import render_to_string
 from agents import events, selectors, services, text
 from agents.models import Approval, RunEvent
 from agents.services import eligibility
+from dashboard import wire
 from dashboard.auth import is_reviewer
 from dashboard.forms import InboxFilter
 from dashboard.hub import Hub, Shared
@@ -143,7 +143,7 @@ class InboxConsumer(AsyncWebsocketConsumer):
         self.live = False
         await Hub.join(events.APPROVALS_GROUP, self, self.channel_layer)
         await self.accept()
-        self.socket = _daphne_socket(self.base_send)
+        self.socket = wire.daphne_websocket(self.base_send)
         self.live = True
 
     async def disconnect(self, code: int) -> None:
@@ -216,7 +216,7 @@ class InboxConsumer(AsyncWebsocketConsumer):
         if protocol._perMessageCompress is not None:  # compressed per socket: no frame to share
             await self.send(text_data=frame)
             return
-        _write_now(protocol.transport, push.prepared(frame, protocol.factory).payloadHybi)
+        wire.write_now(protocol.transport, push.prepared(frame, protocol.factory).payloadHybi)
 
     def lost(self) -> None:
         """The process lost the channel layer: close, so the browser reconnects (and re-fetches)."""
@@ -362,50 +362,6 @@ def _pending(agent: str, tool: str, search: str) -> QuerySet[Approval]:
     return selectors.approval_list(
         status=Approval.Status.PENDING, agent=agent or None, tool=tool or None, search=search, order=selectors.OLDEST
     )
-
-
-def _daphne_socket(send: Any) -> tuple[Any, Any] | None:
-    """Return the daphne websocket protocol (and server) an ASGI send writes to; None under anything else.
-
-    daphne's send is `partial(server.handle_reply, protocol)`, which Channels' session
-    middleware wraps. Writing a frame built once straight to each protocol skips, per socket,
-    the ASGI message, the UTF-8 encoding and the framing of the same text.
-    """
-    inner = getattr(getattr(send, "__self__", None), "real_send", send)
-    if not (isinstance(inner, functools.partial) and inner.args and hasattr(inner.args[0], "sendPreparedMessage")):
-        return None
-    server = getattr(inner.func, "__self__", None)
-    if not isinstance(getattr(server, "connections", None), dict):
-        return None
-    return inner.args[0], server
-
-
-def _write_now(transport: Any, data: bytes) -> None:
-    """Write to a plain TCP socket at once when nothing waits before it, else queue it as twisted does.
-
-    twisted's write only queues, registering the socket for writability (and deregistering
-    it once written: two epoll calls and their bookkeeping per socket per frame); with
-    thousands of sockets that was a third of a push, and every byte waited for the whole
-    fan-out to end before going out.
-    """
-    if (
-        getattr(transport, "TLS", True)
-        or transport.dataBuffer
-        or transport._tempDataBuffer
-        or not transport.connected
-        or transport.disconnecting
-        or transport._writeDisconnected
-    ):
-        transport.write(data)
-        return
-    try:
-        sent = transport.socket.send(data)
-    except BlockingIOError:
-        sent = 0
-    except OSError:
-        return  # the connection is going: twisted sees it on its next read
-    if sent < len(data):
-        transport.write(data[sent:])
 
 
 class RunConsumer(_GroupConsumer):

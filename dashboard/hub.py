@@ -45,23 +45,26 @@ class Member(Protocol):
 
 
 async def read(func: Callable[..., T], *args: Any, spread: bool = False) -> T:
-    """Run one short blocking read off the event loop; its database connection is closed at once.
+    """Run one short blocking read off the event loop, then let its thread's connection go as a request's does.
 
     A stream lasts hours: holding a connection (or a thread) for each would run the database
-    (and the process) out of them. `spread`: on any pool thread rather than the one Django
-    keeps for thread-sensitive calls (outside a request, one for the whole process), where a
-    busy group's reads queued one behind the other.
+    (and the process) out of them. The reads run on a few shared threads instead, and each
+    thread's connection is kept or closed as at the end of a request (CONN_MAX_AGE: on
+    PostgreSQL it goes back to the pool; a SQLite connection is kept, not opened again, with
+    its PRAGMAs, for each read of each stream). `spread`: on any pool thread rather than the
+    one Django keeps for thread-sensitive calls (outside a request, one for the whole
+    process), where a busy group's reads queued one behind the other.
     """
-    return await sync_to_async(_closing(func), thread_sensitive=not spread)(*args)
+    return await sync_to_async(_releasing(func), thread_sensitive=not spread)(*args)
 
 
-def _closing(func: Callable[..., T]) -> Callable[..., T]:
+def _releasing(func: Callable[..., T]) -> Callable[..., T]:
     def run(*args: Any) -> T:
         try:
             return func(*args)
         finally:
             if not connection.in_atomic_block:
-                connection.close()
+                connection.close_if_unusable_or_obsolete()
 
     return run
 
@@ -242,6 +245,15 @@ class Watch:
     @property
     def tick(self) -> float:
         return self._tick if self.live else self._poll
+
+    @property
+    def idle(self) -> bool:
+        """Whether the stream waits in `next` with nothing left to take: all it was handed is sent."""
+        return self._waiter is not None and not self._items
+
+    def sent_now(self) -> None:
+        """Count a message the member sent itself (not through `next`) as activity: the next tick moves."""
+        self._due = time.monotonic() + self.tick
 
     async def __aenter__(self) -> Self:
         try:

@@ -33,6 +33,8 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.db import connection
 
+from dashboard import wire
+
 logger = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
@@ -176,7 +178,11 @@ def scope_wants_stream(scope: Scope) -> bool:
 
 
 class SharedStreamThread:
-    """Run the thread-sensitive calls of SSE requests on one shared thread, not one per stream."""
+    """Run the thread-sensitive calls of SSE requests on one shared thread, not one per stream.
+
+    It also tells the stream where its response goes (`wire.stream_send`), for live frames
+    written straight to the connection.
+    """
 
     def __init__(self, application: Callable[..., Awaitable[None]]) -> None:
         self.application = application
@@ -186,6 +192,7 @@ class SharedStreamThread:
             return await self.application(scope, receive, send)
         # Django's own (inner) ThreadSensitiveContext reuses this one.
         async with ThreadSensitiveContext(executor=_STREAM_EXECUTOR):
+            wire.stream_send.set(send)  # this request's task and those it starts see it (dashboard.wire)
             await self.application(scope, receive, send)
 
 

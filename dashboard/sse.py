@@ -40,6 +40,7 @@ from agents.services import tokens
 from dashboard.api_auth import ApiError
 from dashboard.auth import is_reviewer
 from dashboard.hub import Shared, Watch, read
+from dashboard.wire import StreamWire, stream_send
 
 T = TypeVar("T")
 
@@ -352,16 +353,20 @@ class ApprovalFeed:
     async def live(self, event: Shared) -> list[bytes]:
         """The frame of a hub's event, unless it is no approval event or was sent already (replayed)."""
         found = await self.prepare(event)
-        if found is None or found[0] in self._sent:
+        if found is None or not self.unsent(found[0]):
             return []
-        self._note(found[0])
+        self.note(found[0])
         return [found[1]]
 
+    def unsent(self, pk: int) -> bool:
+        return pk not in self._sent
+
     def _frame(self, pk: int, run_id: str, seq: int, event: str, data: dict[str, Any]) -> str:
-        self._note(pk)
+        self.note(pk)
         return frame(event, _payload(run_id, seq, event, data), pk)
 
-    def _note(self, pk: int) -> None:
+    def note(self, pk: int) -> None:
+        """Count the event as sent (by `live`, the replay, or its frame written straight to the connection)."""
         self._sent.add(pk)
         self.last = max(self.last, pk)
         if len(self._sent) > self._REMEMBERED:  # a late commit is seconds old, not thousands of events
@@ -418,7 +423,12 @@ class _Quiet:
 
 
 async def _follow(
-    watch: Watch, feed: _Feed, viewer: Viewer | None = None, *, until: asyncio.Future[Any] | None = None
+    watch: Watch,
+    feed: _Feed,
+    viewer: Viewer | None = None,
+    *,
+    until: asyncio.Future[Any] | None = None,
+    quiet: _Quiet | None = None,
 ) -> AsyncIterator[str | bytes]:
     """Yield live frames, and a heartbeat after each quiet spell, until the feed ends or `until` is done.
 
@@ -426,7 +436,7 @@ async def _follow(
     `access_ended` frame when its viewer's access ends: told so on the access groups, or
     found so by the re-check at each heartbeat (a lost message).
     """
-    quiet = _Quiet()
+    quiet = quiet or _Quiet()
     while not feed.ended:
         event = await watch.next(until=until)
         frames: list[str] | list[bytes]
@@ -451,16 +461,48 @@ async def _follow(
 
 
 class _ApprovalWatch(Watch):
-    """An approval stream's watch: each event's frame encoded once per process."""
+    """An approval stream's watch: each event's frame encoded once per process, and written by the hub.
+
+    With thousands of streams open, waking each stream's task to pass the same bytes down
+    Django's response loop to twisted's write cost more than the rest of a push. So while
+    the stream waits with everything it was handed sent (and under daphne), the hub writes
+    the frame to the connection itself and notes it as sent; otherwise (the replay, an idle
+    read, an access check under way, another server) the stream takes it as usual.
+    """
+
+    def __init__(self, groups: tuple[str, ...], *, feed: ApprovalFeed, quiet: _Quiet, connection: StreamWire | None):
+        super().__init__(groups, tick=HEARTBEAT_SECONDS, poll=POLL_SECONDS)
+        self.feed, self.quiet, self.connection = feed, quiet, connection
 
     @classmethod
     async def prepare(cls, event: Shared) -> None:
         await ApprovalFeed.prepare(event)
 
+    async def deliver(self, event: Shared) -> None:
+        connection = self.connection if self.idle else None
+        found = await ApprovalFeed.prepare(event) if connection is not None else None
+        if connection is None or found is None:  # a stream busy or starting, another server, an access check
+            await super().deliver(event)
+            return
+        pk, data = found
+        if not self.feed.unsent(pk):
+            return  # replayed already
+        if not connection.write(data):  # the response is closing: the stream finds out
+            await super().deliver(event)
+            return
+        self.feed.note(pk)
+        self.quiet.since = time.monotonic()
+        self.sent_now()
 
-def _watch(group: str, viewer: Viewer | None = None, *, kind: type[Watch] = Watch) -> Watch:
+
+def _groups(group: str, viewer: Viewer | None) -> tuple[str, ...]:
+    """A stream's group and, when it has a viewer, the viewer's access groups."""
+    return (group, *(viewer.groups if viewer else ()))
+
+
+def _watch(group: str, viewer: Viewer | None = None) -> Watch:
     """A stream's watch on `group` and, when it has a viewer, the viewer's access groups."""
-    return kind((group, *(viewer.groups if viewer else ())), tick=HEARTBEAT_SECONDS, poll=POLL_SECONDS)
+    return Watch(_groups(group, viewer), tick=HEARTBEAT_SECONDS, poll=POLL_SECONDS)
 
 
 async def run_stream(run_id: str, after: int, viewer: Viewer | None = None) -> AsyncIterator[str | bytes]:
@@ -485,12 +527,15 @@ async def approval_stream(after: int, viewer: Viewer | None = None) -> AsyncIter
     2. Replay from the table, say `: live`, then send what the hubs hand over, a heartbeat
        after each quiet spell, and `access_ended` once the viewer's access ends.
     """
-    feed = ApprovalFeed(after)
-    async with _watch(events.APPROVALS_GROUP, viewer, kind=_ApprovalWatch) as watch:
+    feed, quiet = ApprovalFeed(after), _Quiet()
+    connection = StreamWire.of(stream_send.get())
+    async with _ApprovalWatch(
+        _groups(events.APPROVALS_GROUP, viewer), feed=feed, quiet=quiet, connection=connection
+    ) as watch:
         for chunk in await feed.stored():
             yield chunk
         yield LIVE
-        async for part in _follow(watch, feed, viewer):
+        async for part in _follow(watch, feed, viewer, quiet=quiet):
             yield part
 
 

@@ -30,7 +30,7 @@ from agents.policy.config import ConfigError, get_policy
 from agents.services import eligibility
 from agents.tools import registry
 from agents.tools.registry import summarize as registry_summarize
-from dashboard import audit_export, playground
+from dashboard import audit_export, links, playground
 from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_required
 from dashboard.forms import AuditFilter, BulkDecisionForm, DecisionForm, InboxFilter, RunFilter, SavedFilterForm
 
@@ -136,12 +136,13 @@ def prepare_cards(user: Any, approvals: Iterable[Approval], groups: set[str] | N
 
 
 def describe_cards(approvals: list[Approval]) -> None:
-    """Give each card what is the same for every reviewer: a summary, the risk, its place in its run."""
+    """Give each card what is the same for every reviewer: a summary, the risk, its place in its run, its links."""
     positions = selectors.approval_run_positions(approvals)
     try:
         policy: Any = get_policy()
     except ConfigError:
         policy = None  # the page still lists the calls; the commands name the broken file
+    approval_url, decide_url, run_url = links.route("approval"), links.route("approval-decide"), links.route("run")
     for approval in approvals:
         tool = registry.get(approval.tool)
         arguments = approval.current_arguments
@@ -149,6 +150,8 @@ def describe_cards(approvals: list[Approval]) -> None:
         approval.summary = tool.summarize(arguments) if tool else registry_summarize(arguments)  # type: ignore[attr-defined]
         approval.risk = policy.tool_policy(approval.tool).risk if policy is not None else ""  # type: ignore[attr-defined]
         approval.position, approval.siblings = positions.get(approval.id, (1, 1))  # type: ignore[attr-defined]
+        approval.url, approval.decide_url = approval_url(approval.id), decide_url(approval.id)  # type: ignore[attr-defined]
+        approval.run_url = run_url(approval.run_id)  # type: ignore[attr-defined]
 
 
 # What a card shows only in a decision's answer or a push (_approval_card.html, _deadline.html).
@@ -491,8 +494,10 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     # The pending counts of the visible runs only: one small query, not a join over every run.
     visible = [run.id for run in page]
     waiting = selectors.run_pending_and_scheduled(visible)
+    run_url = links.route("run")
     for run in page:
         run.pending, run.scheduled_for = waiting.get(run.id, (0, None))
+        run.url = run_url(run.id)
     agents, creators = selectors.run_filter_choices()
     context = {
         "page": page,
@@ -577,10 +582,14 @@ AUDIT_DETAIL_SHOWN = ("note", "feedback", "arguments_diff", "error", "existing")
 def audit(request: HttpRequest) -> HttpResponse:
     filters = AuditFilter(request.GET)
     page = _window(filters.entries(), request, AUDIT_PAGE_SIZE)
+    run_url, approval_url = links.route("run"), links.route("approval")
     for entry in page:
         # Every key the row shows, present: a key missing from `detail` is looked up through three exceptions.
         detail = entry.detail if isinstance(entry.detail, dict) else {}
         entry.shown = {key: detail.get(key, "") for key in AUDIT_DETAIL_SHOWN}
+        # What the row links to: its approval, else its run (an attempt on no known run links nowhere).
+        if entry.run_id:
+            entry.link = approval_url(entry.approval_id) if entry.approval_id else run_url(entry.run_id)
     context = {
         "page": page,
         "filters": filters,

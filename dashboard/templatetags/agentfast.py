@@ -1,8 +1,9 @@
 """Template filters of the dashboard: short relative times, pretty, escaped JSON, and quick forms of built-ins.
 
-The inbox renders twenty cards a page and the audit fifty rows: `iso_time` and `truncate` give what
-`date:'c'` and `truncatechars` give, without their general machinery (a DateFormat object per
-date, a character walk per prompt), which took a tenth of the page.
+The inbox renders twenty cards a page, the runs page twenty-five rows and the audit fifty: `iso_time`,
+`datetime_text` and `truncate` give what `date:'c'`, `date:"Y-m-d H:i"` and `truncatechars` give,
+without their general machinery (a DateFormat object per date, a character walk per prompt), which
+took a tenth of the page.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ def elapsed(value: datetime | None) -> str:
 def iso_time(value: datetime | None) -> str:
     """Return a moment as `date:'c'` does (ISO 8601 in the current time zone), or "" for none."""
     return value.isoformat() if value else ""
+
+
+@register.filter(expects_localtime=True)
+def datetime_text(value: datetime | None, precision: str = "minutes") -> str:
+    """Return a moment as `date:"Y-m-d H:i"` does ("seconds": `date:"Y-m-d H:i:s"`), or "" for none."""
+    if not value:
+        return ""
+    text = f"{value.year:04d}-{value.month:02d}-{value.day:02d} {value.hour:02d}:{value.minute:02d}"
+    return f"{text}:{value.second:02d}" if precision == "seconds" else text
 
 
 @register.filter(is_safe=True)

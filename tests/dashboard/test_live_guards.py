@@ -346,3 +346,81 @@ def test_it_keeps_daphnes_access_log_without_twisteds_copy_of_each_line(tmp_path
     log = server.log_path.read_text()
     assert log.count("probe=access-log") == 1, log[-3000:]  # daphne's own line, once
     assert "access-log-probe" not in log  # Twisted's combined format carries the user agent
+
+
+# -- many approval streams: each live frame written straight to every connection ----------
+
+
+def _chunks(sock: socket.socket, data: bytes, until: Callable[[bytes], bool]) -> tuple[bytes, bytes]:
+    """Read a chunked body until `until(body so far)`; return (body, bytes left over). Each chunk must be whole."""
+    body = b""
+    while not until(body):
+        while b"\r\n" not in data:
+            more = sock.recv(65536)
+            assert more, f"closed: {body!r}"
+            data += more
+        size_text, _, data = data.partition(b"\r\n")
+        size = int(size_text, 16)
+        assert size > 0, "the stream ended"
+        while len(data) < size + 2:
+            more = sock.recv(65536)
+            assert more, "closed inside a chunk"
+            data += more
+        assert data[size : size + 2] == b"\r\n", f"a chunk of {size} bytes is not followed by CRLF"
+        body, data = body + data[:size], data[size + 2 :]
+    return body, data
+
+
+def _approval_stream(
+    server: Daphne, token: str, last_event_id: int | None = None
+) -> tuple[socket.socket, bytes, bytes]:
+    """Open /api/events (chunked, as an HTTP/1.1 stream is); return the socket, the replay, and what followed `: live`."""
+    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = str(last_event_id)
+    sock = _connect(server)
+    sock.sendall(_head("GET", "/api/events", headers))
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower(), head
+    body, rest = _chunks(sock, rest, lambda body: b": live\n\n" in body)
+    replayed, _, live = body.partition(b": live\n\n")
+    return sock, replayed, live + rest
+
+
+def _frames_of(body: bytes) -> list[dict[str, object]]:
+    frames = []
+    for text in body.decode().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in text.splitlines() if not line.startswith(":"))
+        if "data" in fields:
+            frames.append({"id": int(fields["id"]), "event": fields["event"], **json.loads(fields["data"])})
+    return frames
+
+
+def test_it_writes_each_approval_event_once_to_every_open_stream_in_order(daphne: Daphne, token: str) -> None:
+    streams = [_approval_stream(daphne, token) for _ in range(3)]
+    try:
+        run = flows.start("Refund order A1001 for 25.00 USD")
+        [approval] = flows.pending(run)
+        flows.decide(approval, "rejected", note="not this one")
+        bodies = []
+        for sock, replayed, rest in streams:
+            assert replayed == b""  # nothing before the stream opened
+            body, _ = _chunks(sock, rest, lambda body: b"event: approval_decided" in body)
+            bodies.append(body)
+    finally:
+        for sock, _, _ in streams:
+            sock.close()
+    assert bodies[0] == bodies[1] == bodies[2]  # the same bytes, each frame once, in the order published
+    frames = _frames_of(bodies[0])
+    assert [frame["event"] for frame in frames] == ["approval_required", "approval_decided"]
+    assert all(frame["run_id"] == run.id for frame in frames)
+    required, decided = (int(str(frame["id"])) for frame in frames)
+    assert required < decided
+
+    # A stream opened again after the first frame replays the second from the table, once, then goes live.
+    sock, replayed, _ = _approval_stream(daphne, token, last_event_id=required)
+    sock.close()
+    assert [frame["id"] for frame in _frames_of(replayed)] == [decided]

@@ -28,6 +28,17 @@ def test_it_writes_a_moment_as_date_c_does(settings: Any, moment: datetime | Non
     assert _render("{{ value|iso_time }}", moment) == _render("{{ value|date:'c' }}", moment)
 
 
+@pytest.mark.parametrize("moment", [*MOMENTS, datetime(999, 3, 4, 5, 6, 7, tzinfo=UTC)])
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris"])
+@pytest.mark.parametrize(("precision", "pattern"), [("", "Y-m-d H:i"), (":'seconds'", "Y-m-d H:i:s")])
+def test_it_writes_a_moment_as_date_with_its_pattern_does(
+    settings: Any, moment: datetime | None, zone: str, precision: str, pattern: str
+) -> None:
+    settings.TIME_ZONE = zone
+    ours = _render(f"{{{{ value|datetime_text{precision} }}}}", moment)
+    assert ours == _render(f"{{{{ value|date:'{pattern}' }}}}", moment)
+
+
 @pytest.mark.parametrize("value", TEXTS)
 def test_it_truncates_as_truncatechars_does_escaped(value: str) -> None:
     assert _render("{{ value|truncate:140 }}", value) == _render("{{ value|truncatechars:140 }}", value)
