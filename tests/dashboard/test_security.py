@@ -204,6 +204,30 @@ def test_it_sends_a_content_security_policy_without_inline_script(client_for, al
         assert policy["connect-src"] == ["'self'", "ws://testserver"]
 
 
+@pytest.mark.parametrize("secure", [False, True], ids=["http", "https"])
+def test_it_sends_the_policy_django_csp_builds_and_leaves_a_customized_one_to_it(rf, secure, settings):
+    from csp.middleware import CSPMiddleware
+
+    from dashboard.middleware import ContentSecurityPolicyMiddleware
+
+    settings.ALLOWED_HOSTS = ["agentfast.example.com"]
+    middleware = ContentSecurityPolicyMiddleware(lambda request: HttpResponse())
+    request = rf.get("/api/runs", HTTP_HOST="agentfast.example.com", secure=secure)
+    ours = middleware.process_response(request, HttpResponse())["Content-Security-Policy"]
+    theirs = CSPMiddleware.process_response(
+        middleware, rf.get("/api/runs", HTTP_HOST="agentfast.example.com", secure=secure), HttpResponse()
+    )
+
+    assert ours == theirs["Content-Security-Policy"]
+    assert f"{'wss' if secure else 'ws'}://agentfast.example.com" in ours
+    customized = HttpResponse()
+    customized._csp_update = {"img-src": ["https://img.example.com"]}  # what django-csp's @csp_update sets
+    assert "https://img.example.com" in middleware.process_response(request, customized)["Content-Security-Policy"]
+    exempt = HttpResponse()
+    exempt._csp_exempt = True
+    assert "Content-Security-Policy" not in middleware.process_response(request, exempt)
+
+
 def test_it_serves_the_api_docs_with_no_inline_script(client_for, alice):
     response = client_for(alice).get("/api/docs")
 
