@@ -17,6 +17,9 @@ def test_it_is_configured_from_every_celery_setting_of_django():
     for name in names:
         assert app.conf[name.removeprefix("CELERY_").lower()] == getattr(settings, name), name
     assert app.conf.task_default_priority is None  # a setting Django does not name keeps Celery's default
+    # Read as Celery 3's names, CELERY_TASK_SERIALIZER and two more made every worker start warn.
+    assert not app.conf.deprecated_settings
+    assert not app.conf.maybe_warn_deprecated_settings()
 
 
 def test_a_redis_channel_sends_its_commands_through_one_client_on_its_pool(redis_server):
