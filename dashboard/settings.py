@@ -7,6 +7,7 @@ embedded Redis. Production sets DATABASE_URL and REDIS_URL.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import secrets
 from datetime import timedelta
@@ -22,6 +23,36 @@ from dashboard import processes as embedded_redis
 env = environ.Env()
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env.str("AGENTFAST_VAR_DIR", default="") or BASE_DIR / "var").resolve()
+
+
+def _int(name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
+    """Read a whole-number setting; a malformed or out-of-range value stops the process, naming it."""
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: {raw!r} is not a whole number") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = f" and at most {maximum}" if maximum is not None else ""
+        raise ImproperlyConfigured(f"{name}: {raw!r} is out of range (at least {minimum}{upper})")
+    return value
+
+
+def _float(name: str, default: float, *, zero: bool) -> float:
+    """Read a duration setting: NaN, infinity, a negative value (or 0 unless `zero`) stops the process."""
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: {raw!r} is not a number") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        bound = "0 or more" if zero else "above 0"
+        raise ImproperlyConfigured(f"{name}: {raw!r} is out of range (a finite number {bound})")
+    return value
 
 
 def _private_dir(path: Path) -> Path:
@@ -79,7 +110,7 @@ def _database(url: str) -> dict[str, object]:
 # pool empty waits (up to `timeout`). The server's max_connections (or a pooler such as PgBouncer
 # in transaction mode) must exceed the sum over every process. AGENTFAST_DB_POOL=0 turns it off
 # (persistent connections per thread instead, as before).
-DB_POOL_SIZE = env.int("AGENTFAST_DB_POOL", default=20)
+DB_POOL_SIZE = _int("AGENTFAST_DB_POOL", 20, minimum=0)
 
 
 def _postgres(config: dict[str, object]) -> dict[str, object]:
@@ -87,7 +118,7 @@ def _postgres(config: dict[str, object]) -> dict[str, object]:
         return {**config, "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True}
     options = dict(config.get("OPTIONS") or {})  # type: ignore[call-overload]
     # Connections open on demand up to max_size; a thread waits up to `timeout` s for one.
-    options["pool"] = {"min_size": 2, "max_size": DB_POOL_SIZE, "timeout": 30}
+    options["pool"] = {"min_size": min(2, DB_POOL_SIZE), "max_size": DB_POOL_SIZE, "timeout": 30}
     # The pool keeps the connections: Django must not hold one per thread past a request or task.
     return {**config, "OPTIONS": options, "CONN_MAX_AGE": 0}
 
@@ -95,7 +126,7 @@ def _postgres(config: dict[str, object]) -> dict[str, object]:
 # Threads of a web process that serve sync views side by side, middleware and all
 # (dashboard.threaded); each keeps its own database connection between requests. 0 leaves
 # them to Django's ASGI handler (a new thread per request, a hop per middleware hook).
-AGENTFAST_WEB_THREADS = env.int("AGENTFAST_WEB_THREADS", default=8)
+AGENTFAST_WEB_THREADS = _int("AGENTFAST_WEB_THREADS", 8, minimum=0)
 
 # -- end throughput ---------------------------------------------------------------------------------
 
@@ -254,8 +285,8 @@ CSRF_TRUSTED_ORIGINS = _list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 # Failed sign-ins: after AXES_FAILURE_LIMIT wrong passwords for one user name from one
 # address, that pair is refused until the cool-off has passed (the database counts, so
 # every web process agrees). The address is the audit's (trusted proxies only).
-AXES_FAILURE_LIMIT = env.int("AGENTFAST_LOGIN_FAILURE_LIMIT", default=5)
-AXES_COOLOFF_TIME = timedelta(minutes=env.float("AGENTFAST_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_FAILURE_LIMIT = _int("AGENTFAST_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=_float("AGENTFAST_LOGIN_COOLOFF_MINUTES", 15, zero=False))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "dashboard.auth.client_address"
@@ -268,7 +299,7 @@ SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=False)
 CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=False)
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
 SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default=""))
-SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_SECONDS = _int("DJANGO_SECURE_HSTS_SECONDS", 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
 SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
 SECURE_REFERRER_POLICY = "same-origin"
@@ -309,9 +340,9 @@ CHANNEL_LAYERS = {
 AGENTFAST_CHANNEL_HOSTS = [u for u in os.environ.get("AGENTFAST_CHANNEL_HOSTS", "").split(",") if u]
 CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] += [{"address": u} for u in AGENTFAST_CHANNEL_HOSTS]
 # A request body over this is refused (413) before it is read; forms get the headroom.
-AGENTFAST_MAX_BODY_BYTES = int(os.environ.get("AGENTFAST_MAX_BODY_BYTES", DATA_UPLOAD_MAX_MEMORY_SIZE + 64 * 1024))
+AGENTFAST_MAX_BODY_BYTES = _int("AGENTFAST_MAX_BODY_BYTES", DATA_UPLOAD_MAX_MEMORY_SIZE + 64 * 1024, minimum=1024)
 # Open SSE streams per user and process; one more is refused (429).
-AGENTFAST_STREAMS_PER_USER = int(os.environ.get("AGENTFAST_STREAMS_PER_USER", "20"))
+AGENTFAST_STREAMS_PER_USER = _int("AGENTFAST_STREAMS_PER_USER", 20, minimum=1)
 # -- end of live connections --------------------------------------------------------------
 
 # Celery: every task step is a compare-and-set, so late acks and redelivery are safe.
@@ -335,13 +366,13 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Engine tunables.
 AGENTFAST_CONFIG = Path(env.str("AGENTFAST_CONFIG", default="") or BASE_DIR / "agentfast.yaml")
 AGENTFAST_TOOL_MODULES = _list("AGENTFAST_TOOL_MODULES", [])
-AGENTFAST_LEASE_SECONDS = env.float("AGENTFAST_LEASE_SECONDS", default=60)
+AGENTFAST_LEASE_SECONDS = _float("AGENTFAST_LEASE_SECONDS", 60, zero=False)
 # An external agent's claim with no result after this long is in doubt: it is never handed out again.
-AGENTFAST_EXTERNAL_CLAIM_SECONDS = env.float("AGENTFAST_EXTERNAL_CLAIM_SECONDS", default=300)
-AGENTFAST_SWEEP_SECONDS = env.float("AGENTFAST_SWEEP_SECONDS", default=5)
+AGENTFAST_EXTERNAL_CLAIM_SECONDS = _float("AGENTFAST_EXTERNAL_CLAIM_SECONDS", 300, zero=False)
+AGENTFAST_SWEEP_SECONDS = _float("AGENTFAST_SWEEP_SECONDS", 5, zero=False)
 # How long a decided-but-not-resumed or queued-but-not-started run may wait for its
 # Celery message before the sweeper assumes the message was lost.
-AGENTFAST_SWEEP_GRACE_SECONDS = env.float("AGENTFAST_SWEEP_GRACE_SECONDS", default=10)
+AGENTFAST_SWEEP_GRACE_SECONDS = _float("AGENTFAST_SWEEP_GRACE_SECONDS", 10, zero=True)
 
 CELERY_BEAT_SCHEDULE = {
     "agentfast-sweep": {"task": "agents.tasks.sweep", "schedule": AGENTFAST_SWEEP_SECONDS},
@@ -357,7 +388,7 @@ if env.str("EMAIL_URL", default=""):
 elif env.str("EMAIL_BACKEND", default=""):
     EMAIL_BACKEND = env.str("EMAIL_BACKEND")
     EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
-    EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+    EMAIL_PORT = _int("EMAIL_PORT", 25, minimum=1, maximum=65535)
 else:
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     EMAIL_FILE_PATH = str(VAR_DIR / "mail")
@@ -381,4 +412,4 @@ LOGGING = {
 # A bearer token for Prometheus' scrape of /metrics (an admin's API token works too).
 AGENTFAST_METRICS_TOKEN = env.str("AGENTFAST_METRICS_TOKEN", default="")
 # The demo model's pause per streamed token, so a run unfolds at a readable pace (`make run` sets it).
-AGENTFAST_DEMO_DELAY_MS = env.float("AGENTFAST_DEMO_DELAY_MS", default=0)
+AGENTFAST_DEMO_DELAY_MS = _float("AGENTFAST_DEMO_DELAY_MS", 0, zero=True)

@@ -141,6 +141,12 @@ def test_it_reads_redis_and_database_urls_from_the_environment(tmp_path):
     assert shown["TRUSTED"] == ["10.0.0.0/8", "192.168.1.1"]
 
 
+def test_it_opens_a_pool_of_one_connection_when_told_to(tmp_path):
+    shown = loaded(tmp_path / "var", DATABASE_URL="postgres://app@db.internal/agentfast", AGENTFAST_DB_POOL="1")
+
+    assert (shown["POOL"]["min_size"], shown["POOL"]["max_size"]) == (1, 1)  # psycopg_pool refuses min > max
+
+
 def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
     shown = loaded(tmp_path / "var", DATABASE_URL="postgres://app@db.internal/agentfast", AGENTFAST_DB_POOL="0")
 
@@ -153,6 +159,12 @@ def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
         ("AGENTFAST_TRUSTED_PROXIES", "10.0.0.0/8,proxy.local", "'proxy.local' is not an IP address"),
         ("DJANGO_SECURE_PROXY_SSL_HEADER", "https", "is not like 'X-Forwarded-Proto: https'"),
         ("DATABASE_URL", "mysql://db/x", "unsupported database"),
+        ("AGENTFAST_DB_POOL", "twenty", "'twenty' is not a whole number"),
+        ("AGENTFAST_STREAMS_PER_USER", "-3", "'-3' is out of range (at least 1)"),
+        # a lease or sweep of NaN or 0 seconds would hand every run to the sweeper at once
+        ("AGENTFAST_LEASE_SECONDS", "nan", "'nan' is out of range (a finite number above 0)"),
+        ("AGENTFAST_SWEEP_SECONDS", "0", "'0' is out of range (a finite number above 0)"),
+        ("AGENTFAST_LOGIN_COOLOFF_MINUTES", "soon", "'soon' is not a number"),
     ],
 )
 def test_it_refuses_a_bad_setting_naming_it(tmp_path, variable, value, says):
