@@ -10,8 +10,10 @@ import ipaddress
 import math
 import os
 import secrets
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import environ
 from csp.constants import NONE, SELF
@@ -21,19 +23,28 @@ from django.core.management.utils import get_random_secret_key
 from dashboard import processes as embedded_redis
 
 env = environ.Env()
+_Num = TypeVar("_Num", int, float)
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env.str("AGENTFAST_VAR_DIR", default="") or BASE_DIR / "var").resolve()
 
 
-def _int(name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
-    """Read a whole-number setting; a malformed or out-of-range value stops the process, naming it."""
+def _number(name: str, parse: Callable[[str], _Num], what: str) -> tuple[str, _Num] | None:
+    """Return a numeric variable as written and as read, or None when unset; malformed stops the process."""
     raw = env.str(name, default="").strip()
     if not raw:
-        return default
+        return None
     try:
-        value = int(raw)
+        return raw, parse(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name}: {raw!r} is not a whole number") from None
+        raise ImproperlyConfigured(f"{name}: {raw!r} is not {what}") from None
+
+
+def _int(name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
+    """Read a whole-number setting; a malformed or out-of-range value stops the process, naming it."""
+    found = _number(name, int, "a whole number")
+    if found is None:
+        return default
+    raw, value = found
     if value < minimum or (maximum is not None and value > maximum):
         upper = f" and at most {maximum}" if maximum is not None else ""
         raise ImproperlyConfigured(f"{name}: {raw!r} is out of range (at least {minimum}{upper})")
@@ -42,13 +53,10 @@ def _int(name: str, default: int, *, minimum: int, maximum: int | None = None) -
 
 def _float(name: str, default: float, *, zero: bool) -> float:
     """Read a duration setting: NaN, infinity, a negative value (or 0 unless `zero`) stops the process."""
-    raw = env.str(name, default="").strip()
-    if not raw:
+    found = _number(name, float, "a number")
+    if found is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}: {raw!r} is not a number") from None
+    raw, value = found
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
         bound = "0 or more" if zero else "above 0"
         raise ImproperlyConfigured(f"{name}: {raw!r} is out of range (a finite number {bound})")
