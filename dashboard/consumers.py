@@ -235,7 +235,7 @@ class InboxConsumer(AsyncWebsocketConsumer):
         decidable = await self._may_decide(push, approval)
         if self.filters.for_me and not decidable:
             return None
-        for_me, agent, tool, search = self.count_key
+        _for_me, agent, tool, search = self.count_key
         if (agent and approval.run.agent != agent) or (tool and approval.tool != tool):
             return None
         if search and not await push.once(("search", search), _search_matches, search, approval.pk):

@@ -250,8 +250,9 @@ def _serve(args: argparse.Namespace) -> None:
 
 # A run spends most of its time waiting on the model: a worker drives many at once on threads
 # (I/O-bound, the GIL is released while waiting) rather than one per process. The lease and the
-# claim are compare-and-sets in the database, so threads race safely, as processes do.
-WORKER_CONCURRENCY = 50
+# claim are compare-and-sets in the database, so threads race safely, as processes do. A
+# decided call waits for a free thread: 100 rather than 50 leaves some while runs wait on the model.
+WORKER_CONCURRENCY = 100
 WEB_THREADS = 32
 
 

@@ -138,7 +138,7 @@ def test_it_runs_make_run_with_an_empty_redis_url_and_announces_a_working_login(
 
 def test_it_runs_the_worker_on_threads_unless_the_arguments_choose(monkeypatch):
     monkeypatch.delenv("AGENTFAST_WORKER_CONCURRENCY", raising=False)
-    assert processes._worker_pool([]) == ["--pool=threads", "--concurrency=50"]
+    assert processes._worker_pool([]) == ["--pool=threads", "--concurrency=100"]
     assert processes._worker_pool(["--concurrency=4"]) == ["--pool=threads"]
     assert processes._worker_pool(["-P", "solo", "-c", "1"]) == []
 
