@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 from django.utils import timezone
 
 from agents import events, ids, services, sql
@@ -141,19 +141,6 @@ class _LeaseKeeper:
 _lease_keeper = _LeaseKeeper()
 
 
-def _release_connection() -> None:
-    """Hand this thread's database connection back to the pool while the model thinks.
-
-    A worker drives dozens of runs on threads and a model turn takes seconds: holding a
-    connection through it would need a pool, and a server max_connections, as large as the
-    threads. Nothing is open between two steps (every write is its own transaction), so the
-    next query simply takes a connection again. Without a pool (SQLite, AGENTFAST_DB_POOL=0)
-    the connection is kept: closing it would only mean opening a new one.
-    """
-    if connection.connection is not None and not connection.in_atomic_block and getattr(connection, "pool", None):
-        connection.close()
-
-
 class _Driver:
     def __init__(self, run: Run, owner: str, *, on_delta: DeltaSink | None, stream: bool) -> None:
         self.run = run
@@ -186,7 +173,7 @@ class _Driver:
                     return Run.Status.SUSPENDED
                 continue  # decided while we settled the step: settle it again
             self._report_deferred()
-            _release_connection()
+            execution.release_connection()  # while the model thinks
             deltas = _Deltas(self.run.id) if self.stream else None
             try:
                 turn = model.complete(

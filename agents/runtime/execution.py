@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import connection
+
 from agents import services
 from agents.models import Approval, ToolCall
 from agents.runtime import outputs
@@ -34,8 +36,24 @@ def context(call: ToolCall, approval: Approval | None) -> ToolContext:
     )
 
 
+def release_connection() -> None:
+    """Hand this thread's database connection back to the pool while the model thinks or a tool runs.
+
+    A worker drives dozens of runs on threads, and a model turn or a tool's call to another
+    service takes seconds: holding a connection through them would need a pool, and a
+    server max_connections, as large as the threads, and a thread finding the pool empty
+    fails after its timeout, possibly between a tool's effect and its recorded result.
+    Nothing is open at those points (every write is its own transaction), so the next query
+    simply takes a connection again. Without a pool (SQLite, AGENTFAST_DB_POOL=0) the
+    connection is kept: closing it would only mean opening a new one.
+    """
+    if connection.connection is not None and not connection.in_atomic_block and getattr(connection, "pool", None):
+        connection.close()
+
+
 def invoke(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Call the tool; return (ToolCall status, output for the model). FeedbackRequired propagates."""
+    release_connection()  # the claim is committed: the tool may take seconds, and needs no connection held
     try:
         result = tool(ctx, arguments)
     except (FeedbackRequired, RunLater):
