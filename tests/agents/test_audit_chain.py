@@ -244,6 +244,8 @@ def test_it_keeps_one_chain_under_32_concurrent_writers(transactional_db, capsys
     entries = list(AuditEntry.objects.order_by("id"))
     assert len(entries) == N
     assert len({entry.prev_hash for entry in entries}) == N
+    # Each writer takes its time under the chain's lock: none is dated before the entry it follows.
+    assert all(a.created_at <= b.created_at for a, b in itertools.pairwise(entries))
     assert verify(capsys) == (0, f"ok: {N} entries, head {entries[-1].hash}\n")
 
 
