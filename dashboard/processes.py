@@ -130,8 +130,18 @@ def register(groups: Any) -> None:
 
     command(groups, "dev", _dev, "start Redis, web, worker and beat on this machine (make run)")
     serve = command(groups, "serve", _serve, "serve the web app and API with daphne")
-    serve.add_argument("--host", default=os.environ.get("AGENTFAST_HOST", "127.0.0.1"))
-    serve.add_argument("--port", type=int, default=int(os.environ.get("AGENTFAST_PORT", "8321")))
+    serve.add_argument(
+        "--host",
+        default=os.environ.get("AGENTFAST_HOST") or "127.0.0.1",
+        help="default: AGENTFAST_HOST, else 127.0.0.1",
+    )
+    # A string default goes through `type` only when serve runs: a bad AGENTFAST_PORT fails serve, not every command.
+    serve.add_argument(
+        "--port",
+        type=port_number,
+        default=os.environ.get("AGENTFAST_PORT") or "8321",
+        help="default: AGENTFAST_PORT, else 8321",
+    )
     worker = command(groups, "worker", _worker, "run a Celery worker (extra arguments go to celery worker)")
     worker.set_defaults(passthrough=True)
 
@@ -151,7 +161,12 @@ def _dev(args: argparse.Namespace) -> int:
     call_command("migrate", interactive=False, verbosity=0)
     login = dev_login(settings.VAR_DIR / "login.txt")
     connections.close_all()  # the processes below are forked; none may share this connection
-    port = int(os.environ.get("AGENTFAST_PORT", "8321"))
+    try:
+        port = port_number(os.environ.get("AGENTFAST_PORT") or "8321")
+    except argparse.ArgumentTypeError as exc:
+        from agents.cli.output import CliError
+
+        raise CliError(f"AGENTFAST_PORT: {exc}") from None
     # The demo model streams at a pace a person can follow here; tests and benches keep 0.
     os.environ.setdefault("AGENTFAST_DEMO_DELAY_MS", "15")
     manager = Manager()
@@ -160,6 +175,14 @@ def _dev(args: argparse.Namespace) -> int:
     threading.Thread(target=_announce, args=(port, login), daemon=True).start()
     manager.loop()
     return manager.returncode or 0
+
+
+def port_number(value: str) -> int:
+    """Read a TCP port to listen on (argparse type): a whole number from 1 to 65535."""
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number (1 to 65535)")
+    return int(text)
 
 
 def _dev_processes(var_dir: Path, port: int) -> dict[str, list[str]]:

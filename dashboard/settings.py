@@ -63,6 +63,16 @@ def _float(name: str, default: float, *, zero: bool) -> float:
     return value
 
 
+def _log_level(name: str, default: str) -> str:
+    """Read a log level, in any case; anything but a level's name stops the process, naming the variable."""
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return default
+    if raw.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ImproperlyConfigured(f"{name}: {raw!r} is not a log level (DEBUG, INFO, WARNING, ERROR or CRITICAL)")
+    return raw.upper()
+
+
 def _private_dir(path: Path) -> Path:
     """Create the folder readable by this user only (it holds the database and the secret key)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -414,7 +424,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"agents": {"handlers": ["console"], "level": env.str("AGENTFAST_LOG_LEVEL", default="INFO")}},
+    "loggers": {"agents": {"handlers": ["console"], "level": _log_level("AGENTFAST_LOG_LEVEL", "INFO")}},
 }
 
 # A bearer token for Prometheus' scrape of /metrics (an admin's API token works too).

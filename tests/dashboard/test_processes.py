@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ import redis
 from django.contrib.auth.models import User
 
 from agents import services
-from dashboard import processes
+from dashboard import cli, processes
 from tests.conftest import wait_for
 from tests.support.processes import ROOT, free_port
 
@@ -134,6 +135,24 @@ def test_it_runs_make_run_with_an_empty_redis_url_and_announces_a_working_login(
     finally:
         _stop_dev(dev, log)
         processes.stop(processes.socket_path(var_dir))
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "65536", "-1", "٣"])
+def test_it_refuses_a_port_that_is_none_and_names_where_it_came_from(db, value, monkeypatch, capsys):
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a port number"):
+        processes.port_number(value)
+
+    monkeypatch.setenv("AGENTFAST_PORT", value)
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve"])
+    assert exited.value.code == 2
+    assert f"argument --port: {value!r} is not a port number (1 to 65535)" in capsys.readouterr().err
+    # Only the command that listens cares: the others still run.
+    assert cli.main(["runs", "list"]) == 0
+
+
+def test_it_reads_a_port_with_spaces_around_it():
+    assert processes.port_number(" 8321 ") == 8321
 
 
 def test_it_runs_the_worker_on_threads_unless_the_arguments_choose(monkeypatch):

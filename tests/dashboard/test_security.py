@@ -141,6 +141,10 @@ def test_it_reads_redis_and_database_urls_from_the_environment(tmp_path):
     assert shown["TRUSTED"] == ["10.0.0.0/8", "192.168.1.1"]
 
 
+def test_it_takes_a_log_level_in_any_case(tmp_path):
+    assert settings_of(tmp_path / "var", AGENTFAST_LOG_LEVEL="debug").returncode == 0
+
+
 def test_it_opens_a_pool_of_one_connection_when_told_to(tmp_path):
     shown = loaded(tmp_path / "var", DATABASE_URL="postgres://app@db.internal/agentfast", AGENTFAST_DB_POOL="1")
 
@@ -165,6 +169,7 @@ def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
         ("AGENTFAST_LEASE_SECONDS", "nan", "'nan' is out of range (a finite number above 0)"),
         ("AGENTFAST_SWEEP_SECONDS", "0", "'0' is out of range (a finite number above 0)"),
         ("AGENTFAST_LOGIN_COOLOFF_MINUTES", "soon", "'soon' is not a number"),
+        ("AGENTFAST_LOG_LEVEL", "verbose", "'verbose' is not a log level (DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
     ],
 )
 def test_it_refuses_a_bad_setting_naming_it(tmp_path, variable, value, says):
