@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 import openai
+from django.conf import settings
 
 from agents.llm.base import AssistantTurn, DeltaSink, ModelError, ProposedCall
 
@@ -24,10 +25,8 @@ class OpenAIModel:
             base_url or os.environ.get("OPENAI_BASE_URL") or None,
             # Local OpenAI-compatible servers accept any key; the SDK insists on one.
             api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
-            float(os.environ.get("OPENAI_TIMEOUT", "60")),
-            # The SDK retries 408, 409, 429, 5xx and dropped connections with backoff (about 7 s
-            # over 4 tries): its default 2 failed about one run in 500 at a 10% error rate.
-            int(os.environ.get("OPENAI_MAX_RETRIES", "4")),
+            settings.OPENAI_TIMEOUT,
+            settings.OPENAI_MAX_RETRIES,
             os.getpid(),
         )
 

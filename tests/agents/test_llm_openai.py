@@ -40,10 +40,10 @@ LOOKUP_SPEC = {
 
 
 @pytest.fixture(autouse=True)
-def _fast_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+def _fast_failures(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     """No SDK retries nor long waits: a failing endpoint fails the call at once."""
-    monkeypatch.setenv("OPENAI_MAX_RETRIES", "0")
-    monkeypatch.setenv("OPENAI_TIMEOUT", "5")
+    settings.OPENAI_MAX_RETRIES = 0
+    settings.OPENAI_TIMEOUT = 5
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
@@ -161,10 +161,8 @@ def test_it_raises_model_error_when_the_endpoint_is_unreachable() -> None:
         model.complete(USER, [])
 
 
-def test_it_raises_model_error_when_the_endpoint_is_too_slow(
-    fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("OPENAI_TIMEOUT", "0.3")
+def test_it_raises_model_error_when_the_endpoint_is_too_slow(fake_openai: FakeOpenAI, settings: Any) -> None:
+    settings.OPENAI_TIMEOUT = 0.3
     fake_openai.script(lambda body: Reply(content="too late", delay=1.0))
 
     with pytest.raises(ModelError, match="openai:test-model"):
