@@ -178,6 +178,13 @@ def _celery_url(redis_url: str) -> str:
     return redis_url
 
 
+def _redis_url(name: str, url: str) -> str:
+    """Return a Redis URL as given; anything but redis://, rediss:// or unix:// stops the process, naming it."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ImproperlyConfigured(f"{name}: {url!r} is not a Redis URL (redis://host:6379/0, rediss://… or unix://…)")
+    return url
+
+
 def _list(name: str, default: list[str]) -> list[str]:
     """Return a comma-separated variable as a list, blanks around items and empty items dropped."""
     return [item.strip() for item in env.list(name, default=default) if item.strip()]
@@ -342,6 +349,8 @@ CONTENT_SECURITY_POLICY = {
 
 # An empty REDIS_URL means unset, like no REDIS_URL at all: the embedded Redis under var/.
 _EXPLICIT_REDIS_URL = env.str("REDIS_URL", default="").strip()
+if _EXPLICIT_REDIS_URL:
+    _redis_url("REDIS_URL", _EXPLICIT_REDIS_URL)
 REDIS_IS_EMBEDDED = not _EXPLICIT_REDIS_URL
 REDIS_URL = _EXPLICIT_REDIS_URL or embedded_redis.url(embedded_redis.socket_path(VAR_DIR))
 
@@ -355,7 +364,7 @@ CHANNEL_LAYERS = {
 }
 # -- live connections (h4): extra channel-layer Redis hosts, body and stream limits ------
 # Several hosts shard the groups (comma-separated Redis URLs; REDIS_URL stays the first).
-AGENTFAST_CHANNEL_HOSTS = [u for u in os.environ.get("AGENTFAST_CHANNEL_HOSTS", "").split(",") if u]
+AGENTFAST_CHANNEL_HOSTS = [_redis_url("AGENTFAST_CHANNEL_HOSTS", u) for u in _list("AGENTFAST_CHANNEL_HOSTS", [])]
 CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] += [{"address": u} for u in AGENTFAST_CHANNEL_HOSTS]
 # A request body over this is refused (413) before it is read; forms get the headroom.
 AGENTFAST_MAX_BODY_BYTES = _int("AGENTFAST_MAX_BODY_BYTES", DATA_UPLOAD_MAX_MEMORY_SIZE + 64 * 1024, minimum=1024)

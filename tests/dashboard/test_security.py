@@ -169,6 +169,8 @@ def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
         ("AGENTFAST_LEASE_SECONDS", "nan", "'nan' is out of range (a finite number above 0)"),
         ("AGENTFAST_SWEEP_SECONDS", "0", "'0' is out of range (a finite number above 0)"),
         ("AGENTFAST_LOGIN_COOLOFF_MINUTES", "soon", "'soon' is not a number"),
+        ("REDIS_URL", "localhost:6379", "'localhost:6379' is not a Redis URL"),
+        ("AGENTFAST_CHANNEL_HOSTS", "redis://a:6379, b:6379", "'b:6379' is not a Redis URL"),
         ("OPENAI_TIMEOUT", "nan", "'nan' is out of range (a finite number above 0)"),
         ("OPENAI_MAX_RETRIES", "-1", "'-1' is out of range (at least 0)"),
         ("AGENTFAST_LOG_LEVEL", "verbose", "'verbose' is not a log level (DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
