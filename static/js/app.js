@@ -36,6 +36,7 @@
         event.detail.shouldSwap = false;
       } else {
         incoming.classList.add("arriving");
+        incoming.dataset.arrivedAt = String(Date.now());  // a list fetched before it may lack it (below)
         target.dataset.lastArrival = incoming.id;  // for the announcement and the desktop notification
       }
       return;
@@ -62,14 +63,27 @@
   // as it is: a fresh copy would drop what they typed, and the answer of a decision in
   // flight would land on a card no longer shown. It is taken out before htmx swaps the
   // list (so htmx leaves it whole) and put back in its fresh copy's place, or at the end.
+  // A card pushed after the list was asked for may be missing from the answer, read before
+  // it existed: it goes into the new list too (where it arrived), unless the answer has it.
+  // Had it been decided meanwhile, its removal push takes it out, before or after the swap.
   var carried = null;
+  var listAskedAt = 0;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (event.detail.target && event.detail.target.id === "inbox-list") listAskedAt = Date.now();
+  });
   document.addEventListener("htmx:beforeSwap", function (event) {
     var list = event.detail.target;
     if (!list || list.id !== "inbox-list" || !event.detail.shouldSwap) return;
     var focused = document.activeElement;
-    carried = { cards: [], focused: null, caret: null };
+    carried = { cards: [], arrivals: [], focused: null, caret: null };
     list.querySelectorAll("#inbox-cards > .card").forEach(function (card) {
-      if (!workedOn(card) && !card.matches(".deciding")) return;
+      if (!workedOn(card) && !card.matches(".deciding")) {
+        if (Number(card.dataset.arrivedAt || 0) >= listAskedAt) {
+          carried.arrivals.push({ card: card, first: card.previousElementSibling === null });
+          card.remove();
+        }
+        return;
+      }
       if (card.contains(focused)) {
         carried.focused = focused;
         if (typeof focused.selectionStart === "number") carried.caret = [focused.selectionStart, focused.selectionEnd];
@@ -86,6 +100,11 @@
       if (fresh) fresh.replaceWith(card);
       else if (list) list.appendChild(card);  // off the first page now, or decided meanwhile: the server says which
     });
+    // Newest first, arrivals came in at the top (put back in reverse, so prepending keeps their
+    // order); oldest first, at the end. A card the answer has keeps the answer's copy, as new.
+    var missing = carried.arrivals.filter(function (a) { return list && !document.getElementById(a.card.id); });
+    missing.filter(function (a) { return a.first; }).reverse().forEach(function (a) { list.prepend(a.card); });
+    missing.filter(function (a) { return !a.first; }).forEach(function (a) { list.appendChild(a.card); });
     var focused = carried.focused;
     if (focused && document.contains(focused)) {
       focused.focus({ preventScroll: true });

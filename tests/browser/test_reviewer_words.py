@@ -79,6 +79,45 @@ def _fetched_again(response) -> bool:
     return response.request.headers.get("hx-request") == "true" and "/approvals/" not in response.url
 
 
+@pytest.mark.parametrize("order", ["oldest", "newest"])
+def test_it_keeps_a_card_pushed_while_the_list_was_being_fetched_again(viewer, alice, order):
+    """A reconnect fetches the list again; a card pushed before that answer lands, read
+    before the card existed, stays (once, where the push put it), and a card the answer has
+    comes fresh."""
+    [older] = pending(start(REFUND, auto_resume=False))
+    page = (alices := viewer("alice", path=f"/?order={order}")).page
+    page.wait_for_selector(".live[data-state=open]")
+    page.eval_on_selector(f"#card-{older.id}", "card => { card.dataset.marker = 'stale'; }")
+    answers = []
+
+    def hold(route) -> None:
+        if route.request.headers.get("hx-request") != "true":
+            route.continue_()
+            return
+        answers.append((route, route.fetch()))  # the server answers now, before the approval below
+
+    page.route(lambda url: "/approvals/" not in url, hold)
+    page.evaluate("htmx.trigger('#inbox', 'htmx:wsOpen')")  # what a reconnect does
+    while not answers:
+        page.wait_for_timeout(20)
+    [newer] = pending(start(REFUND, auto_resume=False))  # pushed over the websocket meanwhile
+    page.wait_for_selector(f"#card-{newer.id}")
+    page.eval_on_selector("#inbox-cards", "list => { list.dataset.marker = 'before'; }")
+    route, answer = answers[0]
+    assert newer.id not in answer.text() and older.id in answer.text()
+
+    route.fulfill(response=answer)
+    page.wait_for_function("() => !document.getElementById('inbox-cards').dataset.marker")  # swapped
+
+    assert page.locator(f"#card-{newer.id}").count() == 1
+    assert page.get_attribute(f"#card-{older.id}", "data-marker") is None  # the answer's copy
+    ids = page.eval_on_selector_all("#inbox-cards > .card", "cards => cards.map(card => card.id)")
+    expected = [f"card-{older.id}", f"card-{newer.id}"]
+    assert ids == (expected if order == "oldest" else expected[::-1])
+    page.unroute_all()
+    assert alices.errors == []
+
+
 def test_it_keeps_a_worked_on_card_whole_when_the_list_is_fetched_again(viewer, alice):
     """The list comes again at every (re)connect: the card being typed in, and a decision on
     its way, stay as they are, and the answer of that decision still reaches the card."""
@@ -94,8 +133,9 @@ def test_it_keeps_a_worked_on_card_whole_when_the_list_is_fetched_again(viewer, 
 
     with page.expect_response(_fetched_again):
         page.evaluate("htmx.trigger('#inbox', 'htmx:wsOpen')")  # what a reconnect does
+    # The answer is in; htmx swaps it in a moment: the other card becomes a fresh copy.
+    page.wait_for_function("id => !document.getElementById(id).dataset.marker", arg=f"card-{second.id}")
     assert page.get_attribute(card, "data-marker") == "kept"  # the same element, not a fresh copy
-    assert page.get_attribute(f"#card-{second.id}", "data-marker") is None  # the other one is fresh
     assert page.input_value(note) == "not this one"
     assert page.evaluate("document.activeElement.name") == "note"
 
