@@ -602,9 +602,17 @@ def audit(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @admin_required
-def audit_csv(request: HttpRequest) -> StreamingHttpResponse:
-    """Stream the filtered audit history as CSV, oldest first, one row per decision attempt."""
-    entries = AuditFilter(request.GET).entries()
+def audit_csv(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """Stream the filtered audit history as CSV, oldest first, one row per decision attempt.
+
+    Filters that do not read (a date that is none) get a 400 saying why: an export with the
+    header alone would read as "nothing happened" to whoever opens the file.
+    """
+    filters = AuditFilter(request.GET)
+    if not filters.is_valid():
+        message = f"Nothing exported: {_errors_text(filters)}\n"
+        return HttpResponse(message, status=400, content_type="text/plain; charset=utf-8")
+    entries = filters.entries()
     name = f"agentfast-audit-{timezone.now():%Y%m%d-%H%M%S}.csv"
     response = StreamingHttpResponse(audit_export.csv_lines(entries), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{name}"'

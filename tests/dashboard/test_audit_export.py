@@ -130,10 +130,22 @@ def test_it_ends_cleanly_on_an_empty_or_exactly_full_last_batch(monkeypatch, ent
 def test_it_exports_the_header_alone_for_filters_that_select_nothing(client_for, carol):
     _append(1, "bob")
 
-    response = client_for(carol).get("/audit.csv?since=yesterday")
+    response = client_for(carol).get("/audit.csv?person=nobody-at-all")
     body = async_to_sync(_join)(response)
 
     assert body == csv_header()
+
+
+def test_it_refuses_filters_that_do_not_read_saying_why(client_for, carol):
+    _append(1, "bob")
+
+    response = client_for(carol).get("/audit.csv?since=notadate&person=%00")
+
+    assert response.status_code == 400 and response["Content-Type"].startswith("text/plain")
+    assert "Content-Disposition" not in response  # no file that reads as an empty history
+    said = response.content.decode()
+    assert said.startswith("Nothing exported: ") and "since: Enter a valid date." in said
+    assert "person: Null characters are not allowed." in said
 
 
 async def _join(response) -> str:  # noqa: ANN001
