@@ -352,9 +352,10 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    # Ninja raises a 400 HttpError for one thing only: a body that is not JSON.
+    # Ninja raises a 400 HttpError for one thing only: a body its JSON reader refuses, which
+    # includes valid JSON nested deeper than the reader goes (thousands of levels).
     if exc.status_code == 400:
-        message = "the request body is not valid JSON"
+        message = "the request body is not JSON that can be read: malformed, or nested too deeply"
         _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)
         return error_response(ApiError(message, code="malformed_json"))
     return JsonResponse({"error_code": "error", "message": str(exc)}, status=exc.status_code)

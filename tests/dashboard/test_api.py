@@ -470,6 +470,7 @@ def test_it_accepts_decided_by_naming_the_caller(api: Api, paused: Run) -> None:
     ("raw", "code", "field"),
     [
         ('{"decision": "approved",', "malformed_json", None),
+        ('{"decision": "approved", "arguments": {"a": ' + "[" * 5000 + "]" * 5000 + "}}", "malformed_json", None),
         ('{"decision": "approved", "decidedby": "x"}', "invalid", "decidedby"),
         ('{"decision": "approve"}', "invalid", "decision"),
         ('{"decision": "approved", "auto_resume": "yes"}', "invalid", "auto_resume"),
