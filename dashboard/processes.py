@@ -139,7 +139,7 @@ def register(groups: Any) -> None:
     serve.add_argument(
         "--port",
         type=port_number,
-        default=os.environ.get("AGENTFAST_PORT") or "8321",
+        default=_port_setting(),
         help="default: AGENTFAST_PORT, else 8321",
     )
     worker = command(groups, "worker", _worker, "run a Celery worker (extra arguments go to celery worker)")
@@ -162,7 +162,7 @@ def _dev(args: argparse.Namespace) -> int:
     login = dev_login(settings.VAR_DIR / "login.txt")
     connections.close_all()  # the processes below are forked; none may share this connection
     try:
-        port = port_number(os.environ.get("AGENTFAST_PORT") or "8321")
+        port = port_number(_port_setting())
     except argparse.ArgumentTypeError as exc:
         from agents.cli.output import CliError
 
@@ -175,6 +175,11 @@ def _dev(args: argparse.Namespace) -> int:
     threading.Thread(target=_announce, args=(port, login), daemon=True).start()
     manager.loop()
     return manager.returncode or 0
+
+
+def _port_setting() -> str:
+    """Return the port to listen on as AGENTFAST_PORT gives it (unset or empty: 8321), not yet read."""
+    return os.environ.get("AGENTFAST_PORT") or "8321"
 
 
 def port_number(value: str) -> int:

@@ -125,9 +125,9 @@ def _database(url: str) -> dict[str, object]:
 # A worker drives many runs at once on threads (dashboard/processes.py). A thread takes a
 # connection from this bounded pool only while it reads or writes a step and hands it back while
 # the model thinks or a tool runs (agents.runtime.execution), so 100 threads share a few
-# connections; one finding the pool empty waits (up to `timeout`). The server's max_connections (or a pooler such as PgBouncer
-# in transaction mode) must exceed the sum over every process. AGENTFAST_DB_POOL=0 turns it off
-# (persistent connections per thread instead, as before).
+# connections; one finding the pool empty waits (up to `timeout`). The server's max_connections
+# (or a pooler such as PgBouncer in transaction mode) must exceed the sum over every process.
+# AGENTFAST_DB_POOL=0 turns it off (persistent connections per thread instead, as before).
 DB_POOL_SIZE = _int("AGENTFAST_DB_POOL", 20, minimum=0)
 
 
