@@ -6,6 +6,7 @@ Nothing here imports Django (prepare() runs before django.setup()).
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -194,16 +195,24 @@ def start_worker(log_path: Path, *, concurrency: int = 1) -> Worker:
 
 
 class CliWorker(Worker):
-    """`agentfast worker` as `make run` and the Procfile start it (its default pool and threads).
+    """`agentfast worker` as `make run` and the Procfile start it: its default pool, threads and log level.
 
-    Only the log level (INFO: the "ready." line tells it is up) and a node name (two on one
-    machine must differ) are added; `env` says which database, Redis and var/ folder.
+    Only a node name (two on one machine must differ) is added; `env` says which database,
+    Redis and var/ folder. At `make run`'s log level the log has no "ready." line, and logging
+    every task at INFO would cost the worker CPU `make run`'s does not spend: the worker is
+    ready once it answers a ping.
     """
 
     def __init__(self, *, log: Path, env: dict[str, str], name: str, extra: tuple[str, ...] = ()) -> None:
-        args = [sys.executable, "-m", "dashboard.cli", "worker", "--loglevel=INFO", "-n", f"{name}@%h", *extra]
+        self.node = f"{name}@{socket.gethostname()}"
+        args = [sys.executable, "-m", "dashboard.cli", "worker", "-n", self.node, *extra]
         ServerProcess.__init__(self, args, log=log, env=env)
         self.start()
+
+    def is_ready(self) -> bool:
+        from dashboard.celery import app  # Django is set up by the time a worker starts
+
+        return bool(app.control.ping(destination=[self.node], timeout=0.5))
 
 
 class CliServe(Daphne):
