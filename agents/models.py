@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import models
@@ -257,8 +258,25 @@ class Approval(models.Model):
     @property
     def counted_voters(self) -> list[str]:
         """Return who approved the current arguments, in order (their votes count towards the quorum)."""
-        votes = self.votes.filter(decision=self.Status.APPROVED, arguments_digest=self.digest)
-        return list(votes.order_by("created_at", "id").values_list("voter", flat=True))
+        return self.voters_counted(self.votes.order_by("created_at", "id"))
+
+    def voters_counted(self, votes: Iterable[Vote]) -> list[str]:
+        """Return the voters whose last vote (of `votes`, oldest first) approves the current arguments.
+
+        A reviewer's later vote replaces their earlier one: someone who approved these arguments
+        and then edited them to others no longer approves these, so editing back cannot pair
+        their stale approval with a second reviewer's to reach a quorum of two.
+        """
+        last: dict[str, Vote] = {}
+        for vote in votes:
+            last.pop(vote.voter, None)  # re-inserted: the order is that of each voter's last vote
+            last[vote.voter] = vote
+        digest = self.digest
+        return [
+            voter
+            for voter, vote in last.items()
+            if vote.decision == self.Status.APPROVED and vote.arguments_digest == digest
+        ]
 
     @property
     def waits_for(self) -> str:
@@ -451,6 +469,11 @@ class Grant(models.Model):
     scope = models.CharField(max_length=10, choices=Scope.choices)
     tool = models.CharField(max_length=100)
     agent = models.CharField(max_length=100)
+    # Whose calls it decides. agentfast.yaml names an internal agent, but an external caller
+    # names its agent itself, so a grant given on an external run matches only calls of the
+    # same account (the run's owner), and internal and external grants never match each other.
+    kind = models.CharField(max_length=10, choices=Run.Kind.choices, default=Run.Kind.INTERNAL)
+    account = models.CharField(max_length=150, blank=True)  # external: the owning account; internal: ""
     arguments_digest = models.CharField(max_length=64, blank=True)  # scope exact only
     approval_id = models.CharField(max_length=200, blank=True)  # the decision it remembers
     created_at = models.DateTimeField(default=timezone.now, editable=False)
@@ -462,10 +485,17 @@ class Grant(models.Model):
 
     class Meta:
         ordering = ["-created_at", "id"]
-        indexes = [models.Index(fields=["tool", "agent", "expires_at"], name="grant_lookup")]
+        indexes = [models.Index(fields=["tool", "agent", "kind", "account", "expires_at"], name="grant_lookup")]
 
     def __str__(self) -> str:
         return f"{self.id} {self.decision} {self.tool} ({self.scope})"
+
+    @property
+    def principal(self) -> str:
+        """Return whose calls it decides, in words: the agent, and the account of an external one."""
+        if self.kind != Run.Kind.EXTERNAL:
+            return self.agent
+        return f"{self.agent} of account {self.account}" if self.account else f"{self.agent} of an unknown account"
 
 
 # Notification deliveries live with their channels; imported here so Django sees them as this app's models.

@@ -34,7 +34,7 @@ def _list(args: argparse.Namespace) -> None:
             r["decision"],
             r["scope"],
             r["tool"],
-            r["agent"],
+            r["agent"] if r["kind"] != "external" else f"{r['agent']} (account {r['account'] or '?'})",
             r["created_by"],
             r["state"] if r["state"] != "live" else f"until {r['expires_at'][:16]}Z",
             r["uses"],
@@ -50,4 +50,4 @@ def _revoke(args: argparse.Namespace) -> None:
     from agents import services
 
     grant = services.grant_revoke(grant_id=args.id, actor=args.by, source="cli")
-    echo(f"Revoked {grant.id} ({grant.decision} {grant.tool} for {grant.agent}) as {grant.revoked_by}.")
+    echo(f"Revoked {grant.id} ({grant.decision} {grant.tool} for {grant.principal}) as {grant.revoked_by}.")

@@ -36,7 +36,7 @@ from agents.gateway.selectors import approval_state
 from agents.models import Approval
 from agents.policy.config import LISTED, ToolPolicy, mcp_tool_name
 from agents.policy.rules import CallFacts, evaluate
-from agents.services.errors import ServiceError
+from agents.services.errors import InvalidInput, ServiceError
 
 Progress = Callable[[float, str], Awaitable[None]]
 PENDING = "APPROVAL_PENDING"
@@ -134,6 +134,7 @@ class Gateway:
             agent=self.options.server,
             run={"id": run, "agent": self.options.server, "created_by": self.options.owner, "input": ""},
             now=timezone.now(),
+            account=self.options.owner,
         )
         verdict = evaluate(gateway.policy_for(policy_tool, unlisted), facts)
         return derived if verdict.action == "ask" else f"{derived}_{uuid.uuid4().hex[:12]}"
@@ -165,7 +166,10 @@ class Gateway:
         payload = result.model_dump(mode="json", exclude_none=True)
         error = "" if not result.isError else _text_of(result)
         report = sync_to_async(gateway.external_call_report)
-        await report(owner=owner, approval_id=approval_id, ok=not result.isError, result=payload, error=error)
+        # The call ran: its result goes back to the client even if the report is refused
+        # (another result was reported for it meanwhile, after it was marked in doubt).
+        with contextlib.suppress(ServiceError):
+            await report(owner=owner, approval_id=approval_id, ok=not result.isError, result=payload, error=error)
         return result
 
 
@@ -225,19 +229,47 @@ def build_server(gateway_: Gateway) -> Server[Any, Any]:
 
 
 async def serve(options: Options, *, command: str | None, url: str | None, listen: str | None) -> None:
-    """Serve the gateway over stdio, or over streamable HTTP at `listen` (HOST:PORT, path /mcp)."""
+    """Serve the gateway over stdio, or over streamable HTTP at `listen` (HOST:PORT, path /mcp).
+
+    A server name that cannot name its tools is refused before any call (InvalidInput),
+    raised once the upstream is closed: its task groups would wrap it in an ExceptionGroup.
+    """
     async with upstream_session(command=command, url=url) as upstream:
         server_name = options.server or getattr(upstream, "server_name", "") or "mcp"
-        gateway_ = Gateway(upstream, Options(**{**options.__dict__, "server": server_name}))
-        await gateway_.list_tools()
-        server = build_server(gateway_)
-        if listen:
-            await _serve_http(server, listen)
-            return
-        from mcp.server.stdio import stdio_server
+        refusal = _server_name_refusal(server_name, given=bool(options.server))
+        if not refusal:
+            await _serve(Gateway(upstream, Options(**{**options.__dict__, "server": server_name})), listen)
+    if refusal:
+        raise InvalidInput(refusal, field="name")
 
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+
+async def _serve(gateway_: Gateway, listen: str | None) -> None:
+    await gateway_.list_tools()
+    server = build_server(gateway_)
+    if listen:
+        await _serve_http(server, listen)
+        return
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def _server_name_refusal(name: str, *, given: bool) -> str:
+    """Return why a server name cannot name its tools (`mcp.<server>.<tool>`), or "".
+
+    Every call would otherwise be refused. A name derived from it instead would be one the
+    user never wrote, yet must write as the key of the server's `mcp:` entry to configure it.
+    """
+    if gateway.is_tool_name(mcp_tool_name(name, "t")):
+        return ""
+    rule = "letters, digits and _ . : / - only, at most 94 characters"
+    if given:
+        return f"--name {text.repair(name)!r}: use {rule}"
+    return (
+        f"the MCP server calls itself {text.repair(name)!r}, which cannot name its tools here: "
+        f"pass --name NAME ({rule}), the key of its entry under mcp: in agentfast.yaml"
+    )
 
 
 async def _serve_http(server: Server[Any, Any], listen: str) -> None:

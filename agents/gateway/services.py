@@ -19,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agents import events, text
+from agents import events, notify, text
 from agents.gateway import ids as gateway_ids
 from agents.gateway.selectors import ExternalCall, external_call_get
 from agents.models import Approval, Run, RunEvent, ToolCall
@@ -41,7 +41,8 @@ from agents.services.steps import (
     toolcall_mark_in_doubt,
 )
 
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,100}$")
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,100}")  # whole names only: fullmatch (a `$` lets "x\n" through)
+TOOL_NAME_RULE = "tool must be 1 to 100 letters, digits or _ . : / -"
 MAX_NAME_CHARS = 100
 MAX_SESSION_CHARS = 200
 MAX_DESCRIPTION_CHARS = 10_000
@@ -118,6 +119,7 @@ def gate_call(*, owner: str, request: GateRequest, unlisted: ToolPolicy | None =
         agent=request.agent,
         run={"id": run.id, "agent": run.agent, "created_by": owner, "input": run.input},
         now=timezone.now(),
+        account=owner,
     )
     verdict = evaluate(policy_for(request.tool, unlisted), facts, grant_lookup=grant_match)
     try:
@@ -136,6 +138,11 @@ def policy_for(tool: str, unlisted: ToolPolicy | None) -> Policy:
     return replace(policy, tool_overrides={**policy.tool_overrides, tool: unlisted})
 
 
+def is_tool_name(name: str) -> bool:
+    """Return whether a call may name this tool (TOOL_NAME_RULE)."""
+    return _TOOL_NAME.fullmatch(name) is not None
+
+
 def _validate(request: GateRequest) -> None:
     for name, limit in (("agent", MAX_NAME_CHARS), ("session", MAX_SESSION_CHARS), ("call_id", MAX_SESSION_CHARS)):
         value = getattr(request, name)
@@ -143,8 +150,8 @@ def _validate(request: GateRequest) -> None:
             raise InvalidInput(f"{name} is required", field=name)
         if len(value) > limit:
             raise InvalidInput(f"{name} is longer than {limit} characters", field=name)
-    if not _TOOL_NAME.match(request.tool or ""):
-        raise InvalidInput("tool must be 1 to 100 letters, digits or _ . : / -", field="tool")
+    if not is_tool_name(request.tool or ""):
+        raise InvalidInput(TOOL_NAME_RULE, field="tool")
     if not isinstance(request.arguments, dict):
         raise InvalidInput("arguments must be a JSON object", field="arguments")
     if not isinstance(request.metadata, dict):
@@ -217,6 +224,7 @@ def _record(run: Run, call_id: str, request: GateRequest, verdict: Verdict) -> N
         approval = _approval(row, mode=call.hitl_mode, request=None, expires_at=call.expires_at, verdict=verdict)
         approval.save(force_insert=True)
         _schedule_deadlines([approval])
+        notify.announce("approval.required", approval.pk)  # on commit, as a pause of a run agentfast drives
         type, data = _approval_required(row, request=None, suspended=False, verdict=verdict)
         items = [(type, {**data, "external": asked})]
     else:
@@ -289,12 +297,10 @@ def external_call_report(
 
     The same outcome again is answered as stored; a different one raises Conflict. A result
     for a call marked in doubt is still taken: whoever ran it knows best what happened.
+    What cannot be stored (NUL, a lone surrogate, NaN, nesting too deep) is repaired as a
+    built-in tool's result is, never refused: the call ran, and refusing would lose its result.
     """
-    try:
-        text.require_clean(result, field="result")
-        text.require_clean(error, field="error")
-    except text.UnsafeText as exc:
-        raise InvalidInput(exc.message, field=exc.field) from None
+    result, error = text.repair(result), text.repair(error)
     found = external_call_get(owner=owner, approval_id=approval_id)
     output = {"ok": True, "result": result} if ok else {"ok": False, "error": error, "result": result}
     status = ToolCall.Status.SUCCEEDED if ok else ToolCall.Status.FAILED

@@ -535,7 +535,7 @@ def _check_no_agent_rules(agents: dict[str, AgentSpec], path: Path, *, prefix: s
 # demo rule, about 35 µs per evaluation against about 390 µs, and it reports the position
 # of a syntax error; both are maintained. Compiled programs are cached per expression.
 
-CEL_VARIABLES = frozenset({"args", "tool", "agent", "run", "now"})
+CEL_VARIABLES = frozenset({"args", "tool", "agent", "account", "run", "now"})
 _programs: dict[str, Any] = {}
 _CEL_POSITION = re.compile(r"<input>:(\d+):(\d+): (.*)")
 

@@ -25,13 +25,16 @@ Action = Literal["allow", "deny", "ask", "schedule"]
 
 @dataclass(frozen=True)
 class CallFacts:
-    """What a rule's condition may read: the CEL variables args, tool, agent, run and now."""
+    """What a rule's condition may read: the CEL variables args, tool, agent, account, run and now."""
 
     tool: str
     args: dict[str, Any]
     agent: str
     run: dict[str, Any] = field(default_factory=dict)  # id, agent, created_by, input
     now: datetime | None = None
+    # The authenticated account of an external call ("" for a run agentfast drives): an
+    # external caller names its `agent` itself, so this is what a rule or grant can trust.
+    account: str = ""
 
     def variables(self) -> dict[str, Any]:
         """Return the CEL context."""
@@ -40,6 +43,7 @@ class CallFacts:
             "args": self.args,
             "tool": self.tool,
             "agent": self.agent,
+            "account": self.account,
             "run": run,
             "now": self.now or datetime.now(UTC),
         }

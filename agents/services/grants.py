@@ -5,6 +5,10 @@ the call alone (an active reviewer among the call's approvers, not excluded by f
 quorum 1 for an approval, the tool's `grants` not false), and the same is checked again
 each time it would apply, against the policy as it is then. A deny rule always wins
 (the policy evaluates deny rules first); a remembered rejection wins over a remembered approval.
+
+A grant decides only the calls of the principal it was given for: an internal agent (named
+by agentfast.yaml), or an external agent of one account (whose agent name is the caller's
+own say, so another account naming the same agent is not covered).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents import sql, text
-from agents.models import Approval, AuditEntry, Grant, arguments_digest
+from agents.models import Approval, AuditEntry, Grant, Run, arguments_digest
 from agents.policy import config
 from agents.policy.config import ConfigError, ToolPolicy, agent_for, get_policy
 from agents.policy.rules import CallFacts, GrantMatch, Verdict, asked
@@ -98,13 +102,16 @@ def _tool_policy_of(approval: Approval) -> ToolPolicy | None:
 def grant_create(*, approval: Approval, decision: str, creator: str, remember: Remember, source: str) -> Grant:
     """Remember a decision just taken on this approval (inside the caller's transaction), audited."""
     now = timezone.now()
+    run = approval.run
     grant = Grant.objects.create(
         id=f"g{secrets.token_hex(6)}",
         created_by=creator,
         decision=decision,
         scope=remember.scope,
         tool=approval.tool,
-        agent=approval.run.agent,
+        agent=run.agent,
+        kind=run.kind,
+        account=run.created_by if run.kind == Run.Kind.EXTERNAL else "",
         arguments_digest=approval.digest if remember.scope == Grant.Scope.EXACT else "",
         approval_id=approval.pk,
         created_at=now,
@@ -174,8 +181,17 @@ def _audit_grant(grant: Grant, actor: str, source: str, action: str, outcome: st
 def grant_match(facts: CallFacts, tool: ToolPolicy) -> GrantMatch | None:
     """Return the live grant that decides this call, rejections first, or None (the policy's grant lookup)."""
     now = facts.now or timezone.now()
+    # Only the principal the grant was given for: an external agent's name is its caller's say.
+    kind = Run.Kind.EXTERNAL if facts.account else Run.Kind.INTERNAL
     # "rejected" sorts after "approved": a remembered rejection is looked at first.
-    candidates = sql.grants_for(tool=facts.tool, agent=facts.agent, digest=arguments_digest(facts.args), now=now)
+    candidates = sql.grants_for(
+        tool=facts.tool,
+        agent=facts.agent,
+        kind=kind,
+        account=facts.account,
+        digest=arguments_digest(facts.args),
+        now=now,
+    )
     for grant in candidates:
         if _still_authorized(grant, facts, tool):
             approved = grant.decision == Approval.Status.APPROVED
@@ -189,7 +205,8 @@ def live(now: datetime | None = None) -> QuerySet[Grant]:
 
 
 def _reason(grant: Grant) -> str:
-    what = "these exact arguments" if grant.scope == Grant.Scope.EXACT else f"any {grant.tool} call of {grant.agent}"
+    of = grant.principal
+    what = "these exact arguments" if grant.scope == Grant.Scope.EXACT else f"any {grant.tool} call of {of}"
     if grant.decision == Approval.Status.REJECTED:
         return f"a remembered rejection by {grant.created_by} (grant {grant.id}, {what})"
     return f"a remembered approval by {grant.created_by} (grant {grant.id}, {what})"
@@ -232,6 +249,8 @@ def _described(grant: Grant) -> dict[str, Any]:
         "scope": grant.scope,
         "tool": grant.tool,
         "agent": grant.agent,
+        "kind": grant.kind,
+        "account": grant.account,
         "arguments_digest": grant.arguments_digest,
         "expires_at": grant.expires_at.isoformat(),
         "revoked_by": grant.revoked_by,

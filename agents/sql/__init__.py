@@ -159,13 +159,14 @@ def _history_sql() -> tuple[str, str]:
     return messages, calls
 
 
-def grants_for(*, tool: str, agent: str, digest: str, now: datetime) -> list[Grant]:
-    """Return the live grants of this tool and agent for any arguments or these (digest), rejections first.
+def grants_for(*, tool: str, agent: str, kind: str, account: str, digest: str, now: datetime) -> list[Grant]:
+    """Return the live grants of this tool, agent and principal for any arguments or these (digest), rejections first.
 
-    Asked for every gated call the model proposes, and almost always empty: read by the
+    The principal is the run's kind and, for an external run, its account (Grant.kind,
+    Grant.account). Asked for every gated call, and almost always empty: read by the
     `grant_lookup` index without composing the query each time.
     """
-    params = [tool, agent, db_time(now), Grant.Scope.TOOL, Grant.Scope.EXACT, digest]
+    params = [tool, agent, kind, account, db_time(now), Grant.Scope.TOOL, Grant.Scope.EXACT, digest]
     with connection.cursor() as cursor:
         cursor.execute(_grants_sql(), params)
         return [_instance(Grant, row)[0] for row in cursor.fetchall()]
@@ -175,7 +176,8 @@ def grants_for(*, tool: str, agent: str, digest: str, now: datetime) -> list[Gra
 def _grants_sql() -> str:
     return f"""
         SELECT {_columns(Grant, "g")} FROM {Grant._meta.db_table} g
-        WHERE g.tool = %s AND g.agent = %s AND g.expires_at > %s AND g.revoked_at IS NULL
+        WHERE g.tool = %s AND g.agent = %s AND g.kind = %s AND g.account = %s
+          AND g.expires_at > %s AND g.revoked_at IS NULL
           AND (g.scope = %s OR (g.scope = %s AND g.arguments_digest = %s))
         ORDER BY g.decision DESC, g.created_at DESC"""
 

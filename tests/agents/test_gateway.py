@@ -85,6 +85,18 @@ def test_it_records_allow_and_deny_rules_as_policy_decisions(policy: None, robot
     assert sorted(audit.values_list("actor", flat=True)) == ["policy:huge", "policy:small"]
 
 
+def test_it_lets_a_rule_trust_the_account_where_the_agent_name_is_the_callers_say(
+    agent_config: Any, robot: str
+) -> None:
+    agent_config(
+        "tool_overrides:\n  wire_money:\n    rules:\n      - {name: billing bot, when: \"account == 'robot'\", action: allow}\n"
+    )
+    services.user_create(username="impostor", role="agent")
+
+    assert _gate(robot, cents=2000).decision == "allowed"
+    assert _gate("impostor", cents=2000).decision == "pending"  # it names itself "billing" too
+
+
 def test_it_allows_an_unlisted_tool_without_asking(policy: None, robot: str) -> None:
     answer = _gate(robot, tool="read_file", path="/etc/motd")
     assert (answer.decision, answer.rule) == ("allowed", "")

@@ -312,3 +312,88 @@ def test_it_lets_a_grant_decide_an_external_agents_call(agent_config, alice, bob
     assert denied.decision == "denied" and "a remembered rejection by bob" in denied.reason
     assert other.decision == "pending"
     assert (approve_grant.uses, reject_grant.uses) == (1, 1)
+
+
+def test_it_lets_a_grant_on_an_external_call_decide_only_that_accounts_calls(agent_config, alice):
+    agent_config(GATE_POLICY)
+    bot1, bot2 = (services.user_create(username=name, role="agent")[0].username for name in ("bot1", "bot2"))
+    first = _gate(bot1, "c1", cents=5000)
+    flows.decide(first.approval_id, "approved", by="alice", remember=TOOL_HOUR)
+
+    other_account, same_account = _gate(bot2, "c1", cents=99999), _gate(bot1, "c2", cents=99999)
+
+    grant = Grant.objects.get()
+    assert (grant.kind, grant.account, grant.agent) == ("external", "bot1", "billing")
+    assert other_account.decision == "pending"
+    assert (same_account.decision, Approval.objects.get(pk=same_account.approval_id).decided_by) == (
+        "allowed",
+        f"grant:{grant.id}",
+    )
+    assert Grant.objects.get().uses == 1
+
+
+def test_it_names_the_account_of_an_external_grant_on_the_command_line(agent_config, alice, capsys):
+    agent_config(GATE_POLICY)
+    bot1 = services.user_create(username="bot1", role="agent")[0].username
+    flows.decide(_gate(bot1, "c1", cents=5000).approval_id, "approved", by="alice", remember=TOOL_HOUR)
+    grant = Grant.objects.get()
+    capsys.readouterr()
+
+    assert cli_main(["grants", "list"]) == 0
+    assert "billing (account bot1)" in capsys.readouterr().out
+    assert cli_main(["grants", "revoke", grant.id, "--by", "alice"]) == 0
+    assert "for billing of account bot1) as alice" in capsys.readouterr().out
+
+
+def _gate_refund(owner: str, order_id: str) -> object:
+    from agents.gateway import services as gateway
+
+    arguments = {"order_id": order_id, "amount_cents": 2500}
+    request = gateway.GateRequest(
+        agent="support", session="s1", call_id=order_id, tool="refund_request", arguments=arguments
+    )
+    return gateway.gate_call(owner=owner, request=request)
+
+
+def test_it_never_lets_a_grant_cross_between_internal_runs_and_external_calls(alice):
+    robot = services.user_create(username="robot", role="agent")[0].username
+    external = _gate_refund(robot, "A1001")
+    flows.decide(external.approval_id, "approved", by="alice", remember=TOOL_HOUR)
+
+    _, internal = _asked("Refund order A1002 for 25.00 USD")  # the built-in agent of the same name still asks
+    flows.decide(internal, "approved", by="alice", remember=TOOL_HOUR)
+    impostor = services.user_create(username="impostor", role="agent")[0].username
+
+    assert _gate_refund(impostor, "A1003").decision == "pending"  # naming itself "support" is not enough
+    assert _gate_refund(robot, "A1004").decision == "allowed"  # its own grant
+    assert [(g.kind, g.account, g.uses) for g in Grant.objects.order_by("created_at")] == [
+        ("external", "robot", 1),
+        ("internal", "", 0),
+    ]
+
+
+def test_it_keeps_the_grants_from_before_accounts_to_their_own_principal(transactional_db, alice):
+    """Internal grants keep working; external ones match their run's account, or nothing once the run is gone."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    robot, gone = (services.user_create(username=name, role="agent")[0].username for name in ("robot", "gone"))
+    for approval_id in (_gate_refund(robot, "A1001").approval_id, _gate_refund(gone, "A1002").approval_id):
+        flows.decide(approval_id, "approved", by="alice", remember=TOOL_HOUR)
+    _, internal = _asked("Refund order A1003 for 25.00 USD")
+    flows.decide(internal, "approved", by="alice", remember=TOOL_HOUR)
+    Run.objects.filter(kind=Run.Kind.EXTERNAL, created_by=gone).delete()  # a run no longer stored
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("agents", "0015_approval_created_index")])  # before grants named their account
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    assert sorted((g.kind, g.account) for g in Grant.objects.all()) == [
+        ("external", ""),
+        ("external", "robot"),
+        ("internal", ""),
+    ]
+    assert _gate_refund(robot, "A1004").decision == "allowed"
+    assert _gate_refund(gone, "A1005").decision == "pending"
+    assert flows.pending(flows.start("Refund order A1006 for 25.00 USD")) == []

@@ -28,7 +28,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from agents import services
-from agents.models import Approval
+from agents.models import Approval, ToolCall
 from tests.conftest import ROOT, child_env
 from tests.support.processes import ServerProcess, free_port
 
@@ -103,7 +103,7 @@ async def test_it_lists_the_tools_unchanged_and_runs_read_only_ones_unasked(ledg
         read = await session.call_tool("read_note", {"name": "todo"})
         renamed = await session.call_tool("rename_note", {"name": "todo", "to": "done"})  # mcp: says risk low
 
-    assert sorted(tools) == ["delete_note", "read_note", "rename_note"]
+    assert sorted(tools) == ["delete_note", "dump_note", "read_note", "rename_note"]
     assert tools["read_note"].annotations.readOnlyHint is True
     assert tools["delete_note"].annotations.destructiveHint is True
     assert tools["delete_note"].description == "Delete a note for good."
@@ -176,6 +176,16 @@ async def test_it_answers_pending_then_the_identical_retry_picks_up_the_decision
     assert await sync_to_async(Approval.objects.count)() == 1
 
 
+async def test_it_keeps_a_result_it_must_repair_and_answers_it_unchanged(ledger: Path) -> None:
+    async with proxy(ledger) as session:
+        dumped = await session.call_tool("dump_note", {"name": "todo"})
+
+    assert not dumped.isError and _text(dumped) == "todo\x00raw"
+    [stored] = await sync_to_async(list)(ToolCall.objects.filter(name="mcp.notes.dump_note"))
+    assert stored.status == ToolCall.Status.SUCCEEDED
+    assert stored.result["result"]["content"][0]["text"] == "todo\ufffdraw"
+
+
 class _Listening(ServerProcess):
     """A process serving HTTP on a port of 127.0.0.1; ready once the port accepts connections."""
 
@@ -232,3 +242,17 @@ def test_it_refuses_an_account_that_may_not_gate(transactional_db: None, bob: An
             f"agentfast: --account {account}: no active agent account (agentfast users create {account} --role agent)\n"
         )
         assert done.stdout == ""
+
+
+def test_it_refuses_at_start_a_server_name_that_cannot_name_its_tools(ledger: Path) -> None:
+    env = child_env(MCP_SERVER_NAME="My Files")
+    for extra, refusal in (
+        ([], "agentfast: the MCP server calls itself 'My Files', which cannot name its tools here: pass --name NAME"),
+        (["--name", "my files"], "agentfast: --name 'my files': use letters, digits and _ . : / - only"),
+    ):
+        args = [AGENTFAST, "mcp-proxy", "--upstream", UPSTREAM, *extra]
+        done = subprocess.run(args, check=False, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+        assert (done.returncode, done.stdout) == (1, "")
+        assert done.stderr.startswith(refusal) and done.stderr.count("\n") == 1, done.stderr
+    assert _ran(ledger) == []

@@ -160,6 +160,29 @@ def test_it_announces_an_expiry(db, receiver, webhook_to, django_capture_on_comm
     assert receiver.received[0].body["data"]["status"] == "expired"
 
 
+def test_it_announces_an_external_agents_call_that_waits_for_a_person(
+    db, receiver, webhook_to, django_capture_on_commit_callbacks
+):
+    from agents.gateway import services as gateway
+
+    webhook_to(receiver.start().url, events="approval.required")
+    services.user_create(username="robot", role="agent")
+    arguments = {"order_id": "A1001", "amount_cents": 2500}
+    request = gateway.GateRequest(
+        agent="billing", session="s1", call_id="c1", tool="refund_request", arguments=arguments
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = gateway.gate_call(owner="robot", request=request)
+
+    assert answer.decision == "pending"
+    delivery = Delivery.objects.get(approval_id=answer.approval_id)
+    assert delivery.event_type == "approval.required"
+    assert dispatch.send(delivery.pk) == "delivered"
+    [got] = receiver.received
+    assert got.verified and got.body["type"] == "approval.required"
+    assert (got.body["data"]["tool"], got.body["data"]["arguments"]) == ("refund_request", arguments)
+
+
 def test_it_redelivers_with_the_same_id_and_audits_it(
     db, carol, receiver, webhook_to, django_capture_on_commit_callbacks
 ):

@@ -150,7 +150,7 @@ def test_it_fails_closed_when_a_condition_is_not_a_boolean():
     [
         ("args.amount_cents <= ", "Syntax error: mismatched input '<EOF>'"),
         ("args.amount_cents <= ", "(position 1:22)"),
-        ("amount > 10", "unknown variable 'amount' (known: agent, args, now, run, tool) (position 1:1)"),
+        ("amount > 10", "unknown variable 'amount' (known: account, agent, args, now, run, tool) (position 1:1)"),
     ],
 )
 def test_it_refuses_a_bad_condition_naming_file_key_and_position(when, problem):

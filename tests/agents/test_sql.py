@@ -183,8 +183,33 @@ def test_it_reads_the_live_grants_of_a_call_rejections_first(db, alice):
         )
     ]
 
-    found = sql.grants_for(tool="refund_request", agent="support", digest="d1", now=now)
+    internal = {"kind": "internal", "account": ""}
+    found = sql.grants_for(tool="refund_request", agent="support", digest="d1", now=now, **internal)
 
     assert [g.id for g in found] == ["g1", "g0"]
     assert [_fields(g) for g in found] == [_fields(Grant.objects.get(pk=g.pk)) for g in (made[1], made[0])]
-    assert sql.grants_for(tool="refund_request", agent="other", digest="d1", now=now) == []
+    assert sql.grants_for(tool="refund_request", agent="other", digest="d1", now=now, **internal) == []
+
+
+def test_it_reads_only_the_grants_of_the_calls_principal(db, alice):
+    now = timezone.now()
+    for n, (kind, account) in enumerate([("internal", ""), ("external", "bot1"), ("external", "")]):
+        Grant.objects.create(
+            id=f"g{n}",
+            created_by="alice",
+            decision="approved",
+            scope="tool",
+            tool="wire_money",
+            agent="billing",
+            kind=kind,
+            account=account,
+            expires_at=now + timedelta(hours=1),
+        )
+
+    def found(kind: str, account: str) -> list[str]:
+        grants = sql.grants_for(tool="wire_money", agent="billing", kind=kind, account=account, digest="d", now=now)
+        return [g.id for g in grants]
+
+    assert found("internal", "") == ["g0"]
+    assert found("external", "bot1") == ["g1"]
+    assert found("external", "bot2") == []

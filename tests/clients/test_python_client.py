@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from typing import Any
 
 import pytest
 from agentfast_client import AsyncGate, Denied, Gate, Rejected, StillPending
 
+from agents.models import ToolCall
 from tests.clients.conftest import Server
 
 pytestmark = pytest.mark.integration
@@ -96,3 +98,21 @@ def test_it_raises_denied_and_still_pending_and_runs_unlisted_tools_at_once(serv
     assert gate.run(permit, lambda order: f"order {order}") == "order A-1"
     again = gate.require("lookup_order", {"order": "A-1"}, call_id="look")
     assert not again.claimed and again.result == {"ok": True, "result": "order A-1"}
+
+
+def test_it_reports_a_result_json_cannot_carry_as_it_is_and_keeps_it(server: Server) -> None:
+    gate = Gate(server.url, server.agent_token, agent="billing", session="thread-5")
+    ran: list[str] = []
+
+    @gate.guard(tool="measure")
+    def measure(name: str) -> dict[str, Any]:
+        ran.append(name)
+        return {"ratio": float("nan"), "peak": float("-inf"), "file": "report\udce9.csv"}
+
+    first = measure("load", call_id="m1")
+    again = measure("load", call_id="m1")
+
+    assert math.isnan(first["ratio"]) and first["file"] == "report\udce9.csv"  # what the function returned
+    assert again == {"ratio": None, "peak": None, "file": "report\ufffd.csv"}  # what was stored
+    assert ran == ["load"]
+    assert ToolCall.objects.get(name="measure").status == ToolCall.Status.SUCCEEDED

@@ -162,6 +162,7 @@ def test_it_answers_what_the_policy_says(policy: Path, robot: Api) -> None:
         ({"arguments": [1, 2]}, "arguments"),
         ({"arguments": {"note": "a\u0000b"}}, "arguments"),
         ({"tool": "two words"}, "tool"),
+        ({"tool": "wire_money\n"}, "tool"),
         ({"session": ""}, "session"),
         ({"extra": 1}, "extra"),
     ],
@@ -173,6 +174,22 @@ def test_it_refuses_a_gate_request_it_cannot_store(
     assert refused.status_code == 400
     assert refused.json()["field"] == field
     assert not Run.objects.exists()
+
+
+def test_it_keeps_a_reported_result_it_must_repair(policy: Path, robot: Api) -> None:
+    approval_id = robot.post("/api/gate", _gate_body("small", cents=500)).json()["approval_id"]
+    assert robot.post(f"/api/approvals/{approval_id}/claim").json()["claimed"] is True
+    body = '{"ok": false, "error": "bad\\u0000byte", "result": {"ratio": NaN, "name": "a\\ud800b", "n": Infinity}}'
+    path = f"/api/approvals/{approval_id}/result"
+
+    reported = robot.client.post(path, data=body, content_type="application/json", headers=robot.headers)
+    again = robot.client.post(path, data=body, content_type="application/json", headers=robot.headers)
+
+    repaired = {"ok": False, "error": "bad\ufffdbyte", "result": {"ratio": None, "name": "a\ufffdb", "n": None}}
+    assert reported.status_code == 200, reported.content
+    assert (reported.json()["stored"], reported.json()["outcome"]) == (True, repaired)
+    assert (again.status_code, again.json()["stored"]) == (200, False)
+    assert ToolCall.objects.get(run__kind=Run.Kind.EXTERNAL).result == repaired
 
 
 def test_it_hides_another_agents_calls(policy: Path, robot: Api) -> None:

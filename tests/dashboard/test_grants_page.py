@@ -107,3 +107,23 @@ def test_it_remembers_through_the_api_and_bounds_the_duration(client, alice, app
     assert response.status_code == 200
     grant = Grant.objects.get()
     assert response.json()["grant_id"] == grant.id and grant.scope == "tool"
+
+
+def test_it_names_the_account_whose_calls_an_external_grant_decides(agent_config, client_for, alice, capsys):
+    from agents.cli import main as cli_main
+    from agents.gateway import services as gateway
+
+    agent_config("tool_overrides:\n  wire_money: {risk: high}\n")
+    services.user_create(username="robot", role="agent")
+    request = gateway.GateRequest(
+        agent="billing", session="s1", call_id="c1", tool="wire_money", arguments={"cents": 1}
+    )
+    answer = gateway.gate_call(owner="robot", request=request)
+    _remembered(Approval.objects.get(pk=answer.approval_id), by="alice")
+
+    page = client_for(alice).get("/grants").content.decode()
+    assert cli_main(["grants", "list", "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+
+    assert "<td>billing of account robot</td>" in page
+    assert (listed["agent"], listed["kind"], listed["account"]) == ("billing", "external", "robot")

@@ -1,4 +1,4 @@
-"""A tiny MCP server (stdio, or streamable HTTP with --http PORT) for the MCP gateway's tests: one read-only tool, one destructive tool.
+"""A tiny MCP server (stdio, or streamable HTTP with --http PORT) for the MCP gateway's tests: read-only, destructive and unannotated tools.
 
 Each call of a tool appends a line to the file MCP_LEDGER names, so a test can count how
 many times the upstream really ran it.
@@ -14,7 +14,7 @@ from pathlib import Path
 from mcp.server.fastmcp import FastMCP
 from mcp.types import ToolAnnotations
 
-server = FastMCP("notes")
+server = FastMCP(os.environ.get("MCP_SERVER_NAME", "notes"))  # another name: what a proxy makes of it
 
 
 def _log(tool: str, name: str) -> None:
@@ -29,6 +29,13 @@ def read_note(name: str) -> str:
     """Read a note."""
     _log("read_note", name)
     return f"the note {name} says hello"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def dump_note(name: str) -> str:
+    """Dump a note as stored, a NUL byte and all (text agentfast must repair to keep)."""
+    _log("dump_note", name)
+    return f"{name}\x00raw"
 
 
 @server.tool(annotations=ToolAnnotations(destructiveHint=True))

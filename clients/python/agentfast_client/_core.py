@@ -118,11 +118,24 @@ def _after_claim(approval_id: str, claim: dict[str, Any], arguments: dict[str, A
 
 
 def _outcome(value: Any) -> Any:
-    """Return a function's value as JSON (text when it is not JSON)."""
+    """Return a function's value as JSON (text when it is not JSON), NaN and ±Infinity as null.
+
+    JSON has no NaN or Infinity, and null is what agentfast stores for them in any result.
+    """
     try:
-        return json.loads(json.dumps(value))
+        return json.loads(json.dumps(value), parse_constant=lambda name: None)
     except (TypeError, ValueError):
         return str(value)
+
+
+def _report_request(ok: bool, result: Any, error: str) -> dict[str, Any]:
+    """Return the report's body and headers: ASCII JSON, so a lone surrogate travels escaped.
+
+    httpx's `json=` encodes UTF-8 and fails on one (a file name read with surrogateescape,
+    say) after the call ran; agentfast repairs it to U+FFFD, as NUL, rather than lose the result.
+    """
+    body = json.dumps({"ok": ok, "result": _outcome(result), "error": error}, allow_nan=False)
+    return {"content": body, "headers": {"Content-Type": "application/json"}}
 
 
 def _stored_value(permit: Permit) -> Any:
@@ -186,8 +199,8 @@ class Gate(_Base):
 
     def report(self, approval_id: str, *, ok: bool, result: Any = None, error: str = "") -> dict[str, Any]:
         """Store what the claimed call did (once; the same report again is fine)."""
-        body = {"ok": ok, "result": _outcome(result), "error": error}
-        return _checked(self.http.post(f"/api/approvals/{approval_id}/result", json=body))
+        request = _report_request(ok, result, error)
+        return _checked(self.http.post(f"/api/approvals/{approval_id}/result", **request))
 
     def require(self, tool: str, args: dict[str, Any], *, session: str | None = None, call_id: str | None = None,
                 description: str = "", metadata: dict[str, Any] | None = None,
@@ -263,8 +276,8 @@ class AsyncGate(_Base):
 
     async def report(self, approval_id: str, *, ok: bool, result: Any = None, error: str = "") -> dict[str, Any]:
         """Store what the claimed call did (once; the same report again is fine)."""
-        body = {"ok": ok, "result": _outcome(result), "error": error}
-        return _checked(await self.http.post(f"/api/approvals/{approval_id}/result", json=body))
+        request = _report_request(ok, result, error)
+        return _checked(await self.http.post(f"/api/approvals/{approval_id}/result", **request))
 
     async def require(self, tool: str, args: dict[str, Any], *, session: str | None = None,
                       call_id: str | None = None, description: str = "", metadata: dict[str, Any] | None = None,
