@@ -63,12 +63,12 @@ class VoteShape(_Shape):
     created_at: Timestamp
 
     @classmethod
-    def of(cls, vote: Vote, *, current_digest: str = "") -> Self:
+    def of(cls, vote: Vote, *, counts: bool = False) -> Self:
         return cls(
             voter=vote.voter,
             decision=vote.decision,
             arguments_digest=vote.arguments_digest,
-            counts=vote.decision == Approval.Status.APPROVED and vote.arguments_digest == current_digest,
+            counts=counts,
             arguments=vote.arguments,
             note=vote.note,
             source=vote.source,
@@ -285,9 +285,8 @@ def _approval_detail(approval: Approval, votes: list[Vote] | None = None) -> dic
     if votes is None:
         votes = list(approval.votes.order_by("created_at", "id"))
     digest = approval.digest
-    counted = [
-        vote.voter for vote in votes if vote.decision == Approval.Status.APPROVED and vote.arguments_digest == digest
-    ]
+    counted = approval.voters_counted(votes)
+    last = {vote.voter: vote for vote in votes}  # each voter's last vote: the one that can count
     return {
         **_approval_summary(approval),
         "agent": approval.run.agent,
@@ -304,7 +303,7 @@ def _approval_detail(approval: Approval, votes: list[Vote] | None = None) -> dic
         "quorum": approval.quorum,
         "four_eyes": approval.four_eyes,
         "policy_version": approval.policy_version,
-        "votes": [VoteShape.of(vote, current_digest=digest) for vote in votes],
+        "votes": [VoteShape.of(vote, counts=last[vote.voter] is vote and vote.voter in counted) for vote in votes],
         "tally": approval.tally_of(counted),
     }
 

@@ -29,21 +29,9 @@ def run_drive(run_id: str) -> str:
     return result.status
 
 
-# Redis hands out priority 0 first (kombu's steps 0, 3, 6, 9; Celery's default is 0): a run a
-# person just decided resumes before the backlog of new runs starts, so the decision takes
-# effect at once however many runs wait to start. Every other task keeps the default.
-START_PRIORITY = 6
-
-
-@shared_task(
-    base=OnCommitTask,
-    acks_late=True,
-    time_limit=_TIME_LIMIT,
-    soft_time_limit=_TIME_LIMIT - 30,
-    priority=START_PRIORITY,
-)
+@shared_task(base=OnCommitTask, acks_late=True, time_limit=_TIME_LIMIT, soft_time_limit=_TIME_LIMIT - 30)
 def run_start(run_id: str) -> str:
-    """Drive a new run to its first pause or its end; queued behind decided runs (START_PRIORITY)."""
+    """Drive a new run to its first pause or its end; queued behind decided runs (CELERY_TASK_ROUTES)."""
     return run_drive(run_id)
 
 

@@ -20,7 +20,7 @@ def error(code: str, message: str) -> dict[str, Any]:
 
 def rejected(tool: str, note: str) -> dict[str, Any]:
     # Rejection is information, not an error: the model reads the note and adapts.
-    return error("APPROVAL_REJECTED", f"A human rejected '{tool}': {note or 'no reason given'}")
+    return error("APPROVAL_REJECTED", f"A human rejected '{tool}': {note.strip() or 'no reason given'}")
 
 
 def expired(tool: str, note: str) -> dict[str, Any]:

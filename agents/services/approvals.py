@@ -13,6 +13,8 @@ from django.utils import timezone
 
 from agents import events, notify, queue, sql, text
 from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, ToolCall, Vote, arguments_digest
+from agents.policy.config import ConfigError, agent_for, get_policy
+from agents.policy.rules import CallFacts, Verdict, evaluate
 from agents.services import eligibility, grants
 from agents.services.audit import CHAIN_LOCK, audit_append
 from agents.services.errors import (
@@ -102,33 +104,66 @@ def approval_decide(
         _audit_refusal(approval_id, attempt, decision, AuditEntry.Outcome.NOT_FOUND, {})
         raise _not_found(approval_id)
     result, approval = None, None
-    try:
-        with _one_writer(), transaction.atomic():
-            approval = sql.approval_for_decision(approval_id)  # the run's row lock, then the approval's
-            if approval is None:
-                raise _Refused(AuditEntry.Outcome.NOT_FOUND, {}, _not_found(approval_id))
-            arguments = _validated(approval, decision, attempt, note, feedback, arguments, payload)
-            _check_permitted(approval, decision, attempt, remember)
-            if approval.status == Approval.Status.PENDING:
-                _check_digest(approval, expect_digest)
-                ask = _Ask(decision, attempt, note, feedback, arguments, payload, auto_resume)
-                result = _vote(approval, ask)
-                if remember is not None and result.outcome == AuditEntry.Outcome.DECIDED:
-                    grant = grants.grant_create(
-                        approval=result.approval,
-                        decision=decision,
-                        creator=attempt.decider,
-                        remember=remember,
-                        source=attempt.source,
-                    )
-                    result = replace(result, grant=grant)
-    except _Refused as refused:
-        # Audited once the decision's transaction is rolled back: a refusal changes nothing else.
-        _audit_refusal(approval_id, attempt, decision, refused.outcome, refused.detail, approval)
-        raise refused.error from None
+    fire_overdue = True
+    while True:
+        try:
+            with _one_writer(), transaction.atomic():
+                approval = sql.approval_for_decision(approval_id)  # the run's row lock, then the approval's
+                if approval is None:
+                    raise _Refused(AuditEntry.Outcome.NOT_FOUND, {}, _not_found(approval_id))
+                if fire_overdue and overdue(approval):
+                    raise _Overdue
+                arguments = _validated(approval, decision, attempt, note, feedback, arguments, payload)
+                _check_permitted(approval, decision, attempt, remember)
+                if approval.status == Approval.Status.PENDING:
+                    _check_digest(approval, expect_digest)
+                    if arguments is not None:
+                        _check_edit_permitted(approval, arguments)
+                    ask = _Ask(decision, attempt, note, feedback, arguments, payload, auto_resume)
+                    result = _vote(approval, ask)
+                    if remember is not None and result.outcome == AuditEntry.Outcome.DECIDED:
+                        grant = grants.grant_create(
+                            approval=result.approval,
+                            decision=decision,
+                            creator=attempt.decider,
+                            remember=remember,
+                            source=attempt.source,
+                        )
+                        result = replace(result, grant=grant)
+        except _Overdue:
+            # The deadline passed before this decision and its task has not run yet (a busy or
+            # restarted worker): its outcome comes first, as the policy said, and the decision
+            # then meets the approval as that outcome left it (expired, approved, escalated).
+            _fire_deadline(approval_id)
+            fire_overdue = False
+            continue
+        except _Refused as refused:
+            # Audited once the decision's transaction is rolled back: a refusal changes nothing else.
+            _audit_refusal(approval_id, attempt, decision, refused.outcome, refused.detail, approval)
+            raise refused.error from None
+        break
     if result is not None:
         return result
-    return _refuse_or_repeat(approval_id, decision, attempt, note, arguments)
+    return _refuse_or_repeat(approval_id, decision, attempt, _Words(note, feedback, payload), arguments)
+
+
+class _Overdue(Exception):
+    """The approval is pending past its deadline: the deadline's outcome comes before a decision."""
+
+
+def overdue(approval: Approval) -> bool:
+    """Return whether a pending approval's deadline has passed (its task may not have fired yet)."""
+    return (
+        approval.status == Approval.Status.PENDING
+        and approval.expires_at is not None
+        and approval.expires_at <= timezone.now()
+    )
+
+
+def _fire_deadline(approval_id: str) -> None:
+    from agents.services.deadlines import approval_deadline_fire  # deadlines builds on this module
+
+    approval_deadline_fire(approval_id=approval_id)
 
 
 class _Refused(Exception):
@@ -199,11 +234,18 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
     # The approval's row lock serializes its votes: a plain check then insert cannot race here
     # (the unique constraint would still refuse a double).
     key = {"voter": vote.voter, "arguments_digest": vote.arguments_digest}
-    if Vote.objects.filter(approval=approval, decision=ask.decision, **key).exists():
+    same = Vote.objects.filter(approval=approval, decision=ask.decision, **key).first()
+    if same is None:
+        vote.save(force_insert=True)
+    elif _is_last_vote(approval, same) and ask.note in ("", same.note):
         detail = {"note": ask.note, "arguments_digest": approval.digest, "tally": approval.tally}
         _audit(approval, ask.attempt, action=ask.decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail=detail)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.IDEMPOTENT)
-    vote.save(force_insert=True)
+    else:
+        # The same vote again after voting other arguments, or with new words: it is this voter's
+        # vote now (one row per voter, digest and decision; the audit keeps every attempt).
+        fields = {"note": vote.note, "source": vote.source, "origin": vote.origin, "created_at": vote.created_at}
+        Vote.objects.filter(pk=same.pk).update(policy_version=vote.policy_version, **fields)
     if ask.decision == Approval.Status.APPROVED and len(approval.counted_voters) < approval.quorum:
         _announce_vote(approval, ask, edited)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.VOTED)
@@ -319,6 +361,71 @@ def _not_found(approval_id: str) -> NotFound:
     return NotFound(f"no approval {text.repair(approval_id)[:APPROVAL_ID_CHARS]}")
 
 
+def _is_last_vote(approval: Approval, vote: Vote) -> bool:
+    """Return whether `vote` is its voter's latest on this approval (a later one replaced it otherwise)."""
+    last = approval.votes.filter(voter=vote.voter).order_by("-created_at", "-id").values_list("pk", flat=True)
+    return last.first() == vote.pk
+
+
+def _check_edit_permitted(approval: Approval, arguments: dict[str, Any]) -> None:
+    """Refuse an edit the policy would not let this approval run: a deny rule, or an ask of more people.
+
+    Who may decide a call, and how many, came from the rules the model's arguments matched
+    when it paused. Edited arguments are judged again, so that an edit cannot carry a call past
+    a rule that denies them, or past one that wants more approvals (or other approvers) than
+    this approval was opened for. Asking less (an allow rule) changes nothing: the approval
+    still asks what it asked.
+    """
+    if arguments_digest(arguments) == approval.digest:
+        return  # not an edit: the arguments this approval was opened for (or last edited to)
+    verdict = _edit_verdict(approval, arguments)
+    if verdict.action == "deny":
+        message = f"the policy refuses these arguments: {verdict.reason}"
+    elif verdict.action == "ask" and not _asks_at_least(approval, verdict):
+        message = (
+            f"these arguments need {_who(verdict.quorum, verdict.approvers)} (rule {verdict.rule or 'of the tool'}), "
+            f"and this approval asks {_who(approval.quorum, approval.approvers)}: reject it with feedback instead, "
+            "so that the model proposes them and the policy asks the right people"
+        )
+    else:
+        return
+    detail = {"error": message, "arguments": arguments, "rule": verdict.rule}
+    raise _Refused(AuditEntry.Outcome.NOT_PERMITTED, detail, NotPermitted(message, field="arguments"))
+
+
+def _edit_verdict(approval: Approval, arguments: dict[str, Any]) -> Verdict:
+    """Return what the policy says now of the approval's call with these arguments (grants aside)."""
+    run = approval.run
+    agent = None
+    if run.kind == Run.Kind.INTERNAL:
+        try:
+            agent = agent_for(run.agent, run.agent_config)
+        except ConfigError:
+            agent = None  # the agent is gone from the file: its floor, the file's own policy, still holds
+    facts = CallFacts(
+        tool=approval.tool,
+        args=arguments,
+        agent=agent.name if agent is not None else run.agent,
+        run={"id": run.id, "agent": run.agent, "created_by": run.created_by, "input": run.input},
+        now=timezone.now(),
+    )
+    return evaluate(get_policy(), facts, agent=agent)
+
+
+def _asks_at_least(approval: Approval, verdict: Verdict) -> bool:
+    """Return whether the approval already asks at least what the verdict asks: quorum, approvers, four eyes."""
+    if verdict.quorum > approval.quorum or (verdict.four_eyes and not approval.four_eyes):
+        return False
+    if not verdict.approvers:
+        return True  # any reviewer may decide
+    return bool(approval.approvers) and set(approval.approvers) <= set(verdict.approvers)
+
+
+def _who(quorum: int, approvers: Any) -> str:
+    whom = ", ".join(approvers) if approvers else "any reviewer"
+    return f"{quorum} approval{'s' if quorum > 1 else ''} from {whom}"
+
+
 def _find(approval_id: str) -> Approval | None:
     return Approval.objects.filter(pk=approval_id).first() if _may_exist(approval_id) else None
 
@@ -397,19 +504,56 @@ def _validated_edit(tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]
     return validated
 
 
+@dataclass(frozen=True)
+class _Words:
+    """What a reviewer wrote with a decision: a repeat that says something new is not the same decision."""
+
+    note: str
+    feedback: str
+    payload: dict[str, Any] | None
+
+    def new_to(self, approval: Approval) -> list[str]:
+        """Return which of these words the decided approval does not already hold."""
+        new = [
+            name for name in ("note", "feedback") if getattr(self, name).strip() not in ("", getattr(approval, name))
+        ]
+        if self.payload is not None and self.payload != approval.payload:
+            new.append("answer" if approval.request is not None else "payload")
+        return new
+
+    def detail(self) -> dict[str, Any]:
+        detail: dict[str, Any] = {"note": self.note}
+        if self.feedback:
+            detail["feedback"] = self.feedback
+        if self.payload is not None:
+            detail["payload"] = self.payload
+        return detail
+
+
 def _refuse_or_repeat(
-    approval_id: str, decision: str, attempt: Attempt, note: str, arguments: dict[str, Any] | None
+    approval_id: str, decision: str, attempt: Attempt, words: _Words, arguments: dict[str, Any] | None
 ) -> Decision:
+    """Answer a decision on an approval decided already: the same one again is idempotent, any other is refused.
+
+    A repeat that carries words the decision does not hold (another note, feedback, answer)
+    is refused too: answering it "idempotent" would tell its author their words were taken.
+    Every attempt is audited with what it carried.
+    """
     approval = Approval.objects.get(pk=approval_id)
-    if approval.status == decision and (arguments is None or arguments == approval.arguments):
-        _audit(approval, attempt, action=decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail={"note": note})
+    unsaid = words.new_to(approval)
+    same = approval.status == decision and (arguments is None or arguments == approval.arguments)
+    if same and not unsaid:
+        _audit(approval, attempt, action=decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail=words.detail())
         return Decision(approval=approval, outcome=AuditEntry.Outcome.IDEMPOTENT)
     outcome = (
         AuditEntry.Outcome.EXPIRED if approval.status == Approval.Status.EXPIRED else AuditEntry.Outcome.ALREADY_DECIDED
     )
-    _audit(approval, attempt, action=decision, outcome=outcome, detail={"note": note, "existing": approval.status})
+    detail = {**words.detail(), "existing": approval.status}
+    _audit(approval, attempt, action=decision, outcome=outcome, detail=detail)
     when = f" at {approval.decided_at:%Y-%m-%d %H:%M:%S} UTC" if approval.decided_at else ""
     message = f"approval {approval.id} was already {approval.status} by {approval.decided_by or 'the system'}{when}"
+    if same:
+        message += f"; your {' and '.join(unsaid)} {'was' if len(unsaid) == 1 else 'were'} not recorded with it"
     error = WrongState if outcome == AuditEntry.Outcome.EXPIRED else AlreadyDecided
     raise error(message, approval=approval)
 

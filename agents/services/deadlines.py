@@ -22,7 +22,7 @@ from django.utils import timezone
 from agents import notify
 from agents.models import Approval, AuditEntry
 from agents.policy.config import MAX_TIMEOUT_SECONDS
-from agents.services.approvals import Attempt, _lock_run, approval_approve_as, approval_expire
+from agents.services.approvals import Attempt, _lock_run, approval_approve_as, approval_expire, overdue
 from agents.services.audit import audit_append
 from agents.services.eligibility import refusal_for_name
 from agents.services.errors import InvalidInput, NotFound, NotPermitted, WrongState
@@ -126,9 +126,14 @@ def approval_extend(*, approval_id: str, by_seconds: float, attempt: Attempt) ->
     if reason is not None:
         _audit_extend(approval, attempt, AuditEntry.Outcome.NOT_PERMITTED, {"error": reason, "by_seconds": by_seconds})
         raise NotPermitted(reason, field="by")
+    if overdue(approval):
+        # Past its deadline already (its task is late): the policy's outcome stands, not an extension.
+        approval_deadline_fire(approval_id=approval_id)
     with transaction.atomic():
         _lock_run(approval.run_id)
         locked = Approval.objects.select_for_update().get(pk=approval_id)
+        if overdue(locked):
+            raise WrongState(f"approval {approval_id} passed its deadline at {locked.expires_at:%Y-%m-%d %H:%M:%S} UTC")
         if locked.status != Approval.Status.PENDING or locked.expires_at is None:
             state = "has no deadline" if locked.status == Approval.Status.PENDING else f"is {locked.status}"
             raise WrongState(f"approval {approval_id} {state}: there is no deadline to extend")

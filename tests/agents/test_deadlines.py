@@ -173,6 +173,61 @@ def test_it_lets_a_decision_before_the_deadline_win(deadline):
     assert (approval.status, approval.decided_by) == ("rejected", "alice")
 
 
+def test_it_gives_a_passed_deadline_its_outcome_before_a_late_decision(deadline):
+    """A deadline whose task is late (a busy or stopped worker) still decides: a decision after it meets its outcome."""
+    deadline(timeout=0.2, on_timeout="approve")
+    [approval] = pending(start(REFUND))
+    past_deadline(approval)  # passed, and no task fired it
+
+    with pytest.raises(services.AlreadyDecided, match="already approved by deadline"):
+        services.approval_decide(
+            approval_id=approval.id, decision="rejected", attempt=services.Attempt(actor="alice", source="cli")
+        )
+
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("approved", "deadline")
+    assert SideEffect.objects.count() == 0
+    resume(approval.run)
+    assert SideEffect.objects.filter(tool="refund_request").count() == 1
+
+
+def test_it_refuses_a_late_approval_once_the_deadline_rejected(deadline):
+    deadline(timeout=0.2)
+    [approval] = pending(start(REFUND))
+    past_deadline(approval)
+
+    with pytest.raises(services.WrongState, match="already expired"):
+        services.approval_decide(
+            approval_id=approval.id, decision="approved", attempt=services.Attempt(actor="alice", source="cli")
+        )
+    approval.refresh_from_db()
+    assert approval.status == "expired"
+
+
+def test_it_escalates_a_passed_deadline_before_an_escalation_approver_decides(deadline):
+    deadline(timeout=0.2, on_timeout="escalate", escalate_to=["managers"])
+    [approval] = pending(start(REFUND))
+    past_deadline(approval)
+
+    decision = services.approval_decide(
+        approval_id=approval.id, decision="approved", attempt=services.Attempt(actor="bob", source="cli")
+    )
+
+    assert (decision.approval.status, decision.approval.decided_by) == ("approved", "bob")
+    assert AuditEntry.objects.filter(approval_id=approval.id, action="escalated").count() == 1
+
+
+def test_it_does_not_extend_a_deadline_that_has_passed(deadline):
+    deadline(timeout=0.2)
+    [approval] = pending(start(REFUND))
+    past_deadline(approval)
+
+    with pytest.raises(services.WrongState, match="is expired"):
+        approval_extend(approval_id=approval.id, by_seconds=60, attempt=services.Attempt(actor="alice", source="cli"))
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("expired", "system")
+
+
 def test_it_extends_a_deadline_for_an_eligible_approver_only_audited(deadline):
     deadline(timeout="1h")
     [approval] = pending(start(REFUND))
