@@ -301,9 +301,9 @@ def sideeffect_list() -> QuerySet[SideEffect]:
     return SideEffect.objects.order_by("created_at", "id")
 
 
-def user_is_active(username: str) -> bool:
-    """Return whether an active user has exactly this name (someone a decision may be recorded for)."""
-    return User.objects.filter(username=username, is_active=True).exists()
+def user_get_active_by_name(username: str) -> User | None:
+    """Return the active user with exactly this name (someone a decision may be recorded for), or None."""
+    return User.objects.filter(username=username, is_active=True).first()
 
 
 def user_get_active(user_id: int) -> User | None:
@@ -422,6 +422,8 @@ def grant_as_json(grant: Grant) -> dict[str, Any]:
         "scope": grant.scope,
         "tool": grant.tool,
         "agent": grant.agent,
+        "kind": grant.kind,
+        "account": grant.account or None,  # the external agent's account whose calls it decides
         "arguments_digest": grant.arguments_digest or None,
         "created_by": grant.created_by,
         "approval_id": grant.approval_id,

@@ -7,7 +7,8 @@ JSON) and from tools (results). Some of it cannot be stored or shown safely:
   UTF-8, so a page, a CSV line or an SSE frame holding it fails to render;
 - NUL is refused by PostgreSQL text columns;
 - NaN and Infinity are not JSON, and browsers' JSON.parse rejects them;
-- JSON nested thousands deep overflows Python's recursion limit on every later read.
+- JSON nested thousands deep overflows Python's recursion limit on every later read;
+- a key written twice in one JSON object keeps only its last value, silently.
 
 People's input is refused with a message naming the field (`require_clean`,
 `loads_strict`); what models and tools produce is repaired (`repair`), because refusing
@@ -26,6 +27,15 @@ MAX_DEPTH = 32  # nesting of JSON values; tool arguments need a handful
 # Repairing what is already stored keeps nesting up to here (a model's result may be deep).
 MAX_STORED_DEPTH = 200
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
+class DuplicateKey(ValueError):
+    """A JSON object naming a key twice: json keeps the last value, which the writer may not have meant."""
+
+    def __init__(self, key: str) -> None:
+        shown = key if len(key) <= 80 else key[:79] + "…"
+        super().__init__(f"the key {shown!r} appears twice in one object")
+        self.key = key
 
 
 class UnsafeText(ValueError):
@@ -97,12 +107,30 @@ def loads_strict(text: str, *, field: str, max_depth: int = MAX_DEPTH) -> Any:
     if _nesting(text) > max_depth:
         raise UnsafeText(f"{field}: nested deeper than {max_depth} levels", field=field)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=unique_object)
     except _Constant as exc:
         raise UnsafeText(f"{field}: {exc.args[0]} is not a JSON number", field=field) from None
+    except DuplicateKey as exc:
+        raise UnsafeText(f"{field}: {exc}", field=field) from None
     except (ValueError, RecursionError) as exc:
         raise UnsafeText(f"{field}: not valid JSON ({exc})", field=field) from None
     return require_clean(value, field=field)
+
+
+def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Build a JSON object (json's object_pairs_hook, so nested objects too), refusing a key written twice.
+
+    `{"decision": "approved", "decision": "rejected"}` reads as rejected to json, and may read
+    as approved to whatever the writer checked it with: a person's JSON says one thing or nothing.
+    """
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return value
 
 
 def loads_lenient(text: str, *, max_depth: int = MAX_DEPTH) -> Any:

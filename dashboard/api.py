@@ -10,8 +10,9 @@ the engine itself.
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import RequestDataTooBig
@@ -19,11 +20,14 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.operation import Operation
+from ninja.parser import Parser
+from ninja.types import DictStrAny
 
-from agents import schemas, selectors, services
+from agents import schemas, selectors, services, text
 from agents.models import Approval, AuditEntry, Run
 from agents.services import Attempt
 from dashboard import sse
@@ -41,7 +45,7 @@ from dashboard.api_schemas import (
     RunCreateIn,
     RunStatus,
 )
-from dashboard.auth import ON_BEHALF, attempt_from
+from dashboard.auth import ON_BEHALF, attempt_from, is_reviewer
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +57,11 @@ Drive agentfast over HTTP. Authenticate with `Authorization: Bearer <token>`
 `X-CSRFToken` header on POSTs. Only reviewers and admins may call it.
 
 Errors are `{"error_code": "...", "message": "...", "field": "..."}` with the status
-saying what kind: 400 invalid input (`field` names it), 401, 403, 404, 409 (already
-decided: `approval` shows the decision that stands; or a run another process drives:
-`lease_owner`), 413 body over 256 KiB, 422 wrong state (e.g. an expired approval).
+saying what kind: 400 invalid input (`field` names it; a JSON object naming a key twice is
+`duplicate_key`), 401, 403, 404 (also any other URL under /api/), 405 a method the URL does
+not take, 409 (already decided: `approval` shows the decision that stands; or a run another
+process drives: `lease_owner`), 413 body over 256 KiB, 415 a multipart body (send JSON),
+422 wrong state (e.g. an expired approval).
 
 **Lists.** `GET /api/approvals` and `GET /api/runs` are newest first, `limit` rows a page.
 Page on with `cursor` set to the page's `next_cursor` (null on the last page): every page
@@ -88,12 +94,20 @@ class _Api(NinjaAPI):
         return operation.view_func.__name__  # "approval_decide", not "dashboard_api_approval_decide"
 
 
+class _UniqueKeysParser(Parser):
+    """Read JSON bodies refusing a key written twice in any object, however deep (text.unique_object)."""
+
+    def parse_body(self, request: HttpRequest) -> DictStrAny:
+        return cast(DictStrAny, json.loads(request.body, object_pairs_hook=text.unique_object))
+
+
 api = _Api(
     title="agentfast",
     version="1",
     description=DESCRIPTION,
     auth=reviewers(),
     urls_namespace="api",
+    parser=_UniqueKeysParser(),
 )
 
 api.add_router("/", "dashboard.api_gateway.router")  # the external-agent gate: POST /api/gate and its approvals
@@ -279,13 +293,20 @@ async def approval_events(
 
 
 def _refuse_unless_may_speak_for(request: HttpRequest, approval_id: str, decision: str, attempt: Attempt) -> None:
-    """Refuse (and audit) a decided_by naming someone else, unless the caller may relay for that user."""
+    """Refuse (and audit) a decided_by naming someone else, unless the caller may relay for that user.
+
+    The person named must be one who may decide (an active reviewer or admin), as the API
+    asks of a caller: relaying must not lend an agent or a bare account a say.
+    """
     if not attempt.on_behalf_of:
         return
+    named = selectors.user_get_active_by_name(attempt.on_behalf_of)
     if not request.user.has_perm(ON_BEHALF):
         reason = f"deciding as {attempt.on_behalf_of!r} needs the 'decide on behalf' permission"
-    elif not selectors.user_is_active(attempt.on_behalf_of):
+    elif named is None:
         reason = f"decided_by {attempt.on_behalf_of!r} is no active user: a decision is recorded for a person"
+    elif not is_reviewer(named):
+        reason = f"decided_by {attempt.on_behalf_of!r} may not decide approvals (not a reviewer or admin)"
     else:
         return
     services.approval_refuse(
@@ -298,6 +319,9 @@ def _refuse_unless_may_speak_for(request: HttpRequest, approval_id: str, decisio
     raise NotPermitted(reason, field="decided_by")
 
 
+# Exempt, as every Ninja view is: it reads nothing and changes nothing, and Django's CSRF
+# check would otherwise answer a POST here (with a bearer token) with its HTML 403 page.
+@csrf_exempt
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
     """Any other URL under /api/: a JSON 404, like the rest of the API."""
     return JsonResponse({"error_code": "not_found", "message": f"no API endpoint at {request.path}"}, status=404)
@@ -353,7 +377,12 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     # Ninja raises a 400 HttpError for one thing only: a body its JSON reader refuses, which
-    # includes valid JSON nested deeper than the reader goes (thousands of levels).
+    # includes valid JSON nested deeper than the reader goes (thousands of levels) and an
+    # object naming a key twice (the parser's refusal is the error's cause).
+    if exc.status_code == 400 and isinstance(exc.__cause__, text.DuplicateKey):
+        message = f"the request body is ambiguous: {exc.__cause__}"
+        _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)
+        return error_response(ApiError(message, code="duplicate_key", field=exc.__cause__.key))
     if exc.status_code == 400:
         message = "the request body is not JSON that can be read: malformed, or nested too deeply"
         _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)

@@ -2,11 +2,78 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction
+from django.http import HttpRequest, HttpResponseNotAllowed, JsonResponse
+from django.http.response import HttpResponseBase
 from django.urls import URLPattern, URLResolver, path, re_path
 
 from dashboard.api import api, not_found
 
+READ_METHODS = ("GET", "HEAD")
+
+
+def _not_allowed(request: HttpRequest, allowed: str) -> JsonResponse:
+    message = f"{request.method} is not allowed here; use {allowed}"
+    answer = JsonResponse({"error_code": "method_not_allowed", "message": message}, status=405)
+    answer["Allow"] = allowed
+    return answer
+
+
+def _json_not_allowed(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    """Return Ninja's plain-text 405 (a method the path does not take) as the API's JSON error."""
+    if not isinstance(response, HttpResponseNotAllowed):
+        return response
+    # Ninja lists the methods from a set: sorted, the header reads the same every time.
+    return _not_allowed(request, ", ".join(sorted(method.strip() for method in response["Allow"].split(","))))
+
+
+def _with_json_errors(pattern: URLPattern) -> URLPattern:
+    """Return the pattern with its view answering a method it does not take with a JSON 405.
+
+    Ninja's endpoints say which methods they take; its schema and docs pages (not CSRF-exempt:
+    plain Django views) are read-only, so any other method is refused before the CSRF check,
+    which would otherwise answer with Django's HTML 403 page.
+    """
+    view = pattern.callback
+    endpoint = getattr(view, "csrf_exempt", False)  # Ninja's: its auth checks CSRF for sessions itself
+    wrapped: Any
+    if iscoroutinefunction(view):
+
+        async def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            return _json_not_allowed(request, await view(request, *args, **kwargs))
+
+    else:
+
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            if not endpoint and request.method not in READ_METHODS:
+                return _not_allowed(request, ", ".join(READ_METHODS))
+            return _json_not_allowed(request, view(request, *args, **kwargs))
+
+    functools.update_wrapper(wrapped, view)
+    wrapped.csrf_exempt = True  # an endpoint checks CSRF itself; a page is only ever read
+    return URLPattern(pattern.pattern, wrapped, pattern.default_args, pattern.name)
+
+
+def _endpoints() -> tuple[list[URLPattern | URLResolver], str, str]:
+    """Return Ninja's URL configuration (patterns, app name, namespace) with JSON 405s.
+
+    Ninja's root page answers /api/ with Django's HTML 404: `not_found` answers it instead, under
+    the root's name, which the schema reverses for the API's path prefix.
+    """
+    patterns, app_name, namespace = api.urls
+    return [_json_pattern(each) if isinstance(each, URLPattern) else each for each in patterns], app_name, namespace
+
+
+def _json_pattern(pattern: URLPattern) -> URLPattern:
+    if pattern.name == "api-root":
+        return URLPattern(pattern.pattern, not_found, pattern.default_args, pattern.name)
+    return _with_json_errors(pattern)
+
+
 urlpatterns: list[URLPattern | URLResolver] = [
-    path("", api.urls),
+    path("", _endpoints()),
     re_path(r"", not_found),
 ]

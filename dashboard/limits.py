@@ -4,7 +4,8 @@ Django reads a whole request body (spooling it) before any view or authenticatio
 anonymous 800 MB POST was read in full before its 401. `BodyLimit` answers from the headers
 alone: 413 when Content-Length is over AGENTFAST_MAX_BODY_BYTES, 401 for an unsafe /api/
 request with neither a bearer token nor a session cookie (or with a token that is unknown or
-revoked); a body without a length (chunked) is cut off with a 413 at the same cap.
+revoked), 415 for a multipart body to /api/ (the API takes JSON); a body without a length
+(chunked) is cut off with a 413 at the same cap.
 
 daphne itself buffers a body before it calls the application, so `guard_daphne` applies the
 same header checks inside daphne's HTTP parser, where a refusal ends the connection before
@@ -67,6 +68,10 @@ def _has_session(headers: dict[bytes, bytes]) -> bool:
     return any(part.strip().startswith(name + b"=") for part in headers.get(b"cookie", b"").split(b";"))
 
 
+def _is_multipart(headers: dict[bytes, bytes]) -> bool:
+    return headers.get(b"content-type", b"").strip().lower().startswith(b"multipart/")
+
+
 def refusal(method: str, path: str, raw_headers: list[tuple[bytes, bytes]]) -> tuple[int, str, str] | None:
     """Return (status, error_code, message) if the headers alone refuse the request, else None."""
     headers = _headers(raw_headers)
@@ -76,6 +81,8 @@ def refusal(method: str, path: str, raw_headers: list[tuple[bytes, bytes]]) -> t
     # Who asks comes first: an anonymous caller learns nothing about the limits.
     if method in UNSAFE_METHODS and path.startswith("/api/") and not _bearer(headers) and not _has_session(headers):
         return 401, "unauthenticated", "sign in, or send Authorization: Bearer <token> (agentfast tokens create USER)"
+    if method in UNSAFE_METHODS and path.startswith("/api/") and _is_multipart(headers):
+        return 415, "unsupported_media_type", "the API takes JSON: send Content-Type: application/json"
     if length is not None and int(length) > max_body():
         return 413, "body_too_large", f"the request body is over the {max_body() // 1024} KiB limit"
     return None
@@ -212,6 +219,10 @@ def guard_daphne() -> None:
 
     def gotLength(self: Any, length: int | None) -> None:
         self._agentfast_seen = 0
+        # Twisted would parse a form or multipart POST body itself, for nobody (daphne hands
+        # Django the raw body), and answer one it cannot parse (multipart without a boundary)
+        # with a bare 400 of its own; Django parses bodies and answers for them.
+        self._parsePOSTFormSubmission = False
         method = (self.channel._command or b"").decode("latin1").upper()
         path = (self.channel._path or b"").decode("latin1").split("?")[0]
         raw = [(name.lower(), value) for name, values in self.requestHeaders.getAllRawHeaders() for value in values]
@@ -291,12 +302,14 @@ def _check_token_in_daphne(request: Any, token: str) -> None:
     threads.deferToThread(_token_is_live, token).addCallbacks(checked, failed)
 
 
+_REASONS = {400: b"Bad Request", 401: b"Unauthorized", 413: b"Content Too Large", 415: b"Unsupported Media Type"}
+
+
 def _refuse_in_daphne(request: Any, status: int, code: str, message: str) -> None:
     """Write the refusal straight to the connection and close it; the body is never read."""
     request._agentfast_refused = True
     headers, body = _body(status, code, message)
-    reason = {400: b"Bad Request", 401: b"Unauthorized", 413: b"Content Too Large"}[status]
-    head = b"HTTP/1.1 %d %s\r\n" % (status, reason)
+    head = b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status])
     head += b"".join(name + b": " + value + b"\r\n" for name, value in headers) + b"connection: close\r\n\r\n"
     transport = request.channel.transport
     transport.write(head + body)

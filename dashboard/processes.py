@@ -128,7 +128,7 @@ def register(groups: Any) -> None:
     """Add `dev`, `serve` and `worker` to the `agentfast` command."""
     from agents.cli.output import command
 
-    command(groups, "dev", _dev, "start Redis, web, worker and beat on this machine (make run)")
+    dev = command(groups, "dev", _dev, "start Redis, web, worker and beat on this machine (make run)")
     serve = command(groups, "serve", _serve, "serve the web app and API with daphne")
     serve.add_argument(
         "--host",
@@ -144,6 +144,8 @@ def register(groups: Any) -> None:
     )
     worker = command(groups, "worker", _worker, "run a Celery worker (extra arguments go to celery worker)")
     worker.set_defaults(passthrough=True)
+    for starts_the_site in (dev, serve, worker):
+        starts_the_site.set_defaults(creates_state=True)  # they may create var/ (agents.cli.setup_django)
 
 
 def _dev(args: argparse.Namespace) -> int:

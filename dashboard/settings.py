@@ -10,10 +10,11 @@ import ipaddress
 import math
 import os
 import secrets
+import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import environ
 from csp.constants import NONE, SELF
@@ -74,7 +75,19 @@ def _log_level(name: str, default: str) -> str:
 
 
 def _private_dir(path: Path) -> Path:
-    """Create the folder readable by this user only (it holds the database and the secret key)."""
+    """Create the folder readable by this user only (it holds the database and the secret key).
+
+    A command that works only on what is already there (the CLI sets AGENTFAST_VAR_DIR_MUST_EXIST
+    for all but `dev`, `serve` and `worker`) stops instead when AGENTFAST_VAR_DIR names a folder
+    that does not exist: in a mistyped one it would find a new, empty database and a new secret
+    key, and say nothing. The default folder (var/ in the project) is created as ever.
+    """
+    named = bool(env.str("AGENTFAST_VAR_DIR", default=""))
+    if named and env.bool("AGENTFAST_VAR_DIR_MUST_EXIST", default=False) and not path.is_dir():
+        raise ImproperlyConfigured(
+            f"AGENTFAST_VAR_DIR: the folder {path} does not exist; is the variable mistyped?"
+            " (`agentfast dev` or `manage.py migrate` creates it)"
+        )
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.chmod(0o700)
     return path
@@ -109,16 +122,41 @@ def _secret_key(path: Path) -> str:
     return path.read_text().strip()
 
 
+_SQLITE = "django.db.backends.sqlite3"
+_POSTGRES = "django.db.backends.postgresql"
+_DATABASE_URLS = "postgres://user:pass@host:5432/db or sqlite:////path/to/file.sqlite3"
+
+
 def _database(url: str) -> dict[str, object]:
     """Return the DATABASES entry for DATABASE_URL (postgres://… or sqlite:////path); SQLite in var/ if unset."""
-    config = env.db_url_config(url or f"sqlite:///{VAR_DIR / 'agentfast.sqlite3'}")
-    if config["ENGINE"] == "django.db.backends.sqlite3":
+    config = _database_config(url or f"sqlite:///{VAR_DIR / 'agentfast.sqlite3'}")
+    if config["ENGINE"] == _SQLITE:
         return _sqlite(Path(config["NAME"]))
-    if config["ENGINE"] != "django.db.backends.postgresql":
-        raise ImproperlyConfigured(
-            f"DATABASE_URL: unsupported database {config['ENGINE']!r} (use postgres:// or sqlite://)"
-        )
     return _postgres(config)
+
+
+def _database_config(url: str) -> dict[str, Any]:
+    """Read a database URL; one that names no PostgreSQL database or SQLite file stops the process.
+
+    Messages name the scheme at most, never the URL: it may hold a password.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # django-environ warns of a URL it cannot read; refused below
+        try:
+            config = env.db_url_config(url)
+        except ValueError as exc:  # a port that is not a number
+            raise ImproperlyConfigured(f"DATABASE_URL: {exc} ({_DATABASE_URLS})") from None
+    engine = config.get("ENGINE")
+    if not engine:
+        raise ImproperlyConfigured(f"DATABASE_URL: not a database URL (use {_DATABASE_URLS})")
+    if engine not in (_SQLITE, _POSTGRES):
+        raise ImproperlyConfigured(f"DATABASE_URL: unsupported database {engine!r} (use postgres:// or sqlite://)")
+    if engine == _POSTGRES and not config.get("NAME"):
+        raise ImproperlyConfigured(f"DATABASE_URL: names no database after the host (use {_DATABASE_URLS})")
+    if engine == _SQLITE and config.get("NAME") in ("", ":memory:"):
+        # Each process would have a database of its own in memory: web, worker and CLI never meet.
+        raise ImproperlyConfigured(f"DATABASE_URL: names no SQLite file (use {_DATABASE_URLS})")
+    return config
 
 
 # -- throughput: database connections per process (issue 12) -----------------------------------
@@ -389,6 +427,10 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_TASK_PUBLISH_RETRY = False
 CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5, "visibility_timeout": 3600}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# New runs queue behind decided ones: Redis hands out priority 0 first (kombu's steps 0, 3, 6,
+# 9; Celery's default is 0), so a run a person just decided resumes before the backlog of new
+# runs starts. A route, not a task attribute, which Celery 5 warns about in every process.
+CELERY_TASK_ROUTES = {"agents.tasks.run_start": {"priority": 6}}
 
 # Engine tunables.
 AGENTFAST_CONFIG = Path(env.str("AGENTFAST_CONFIG", default="") or BASE_DIR / "agentfast.yaml")
@@ -433,7 +475,12 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"agents": {"handlers": ["console"], "level": _log_level("AGENTFAST_LOG_LEVEL", "INFO")}},
+    "loggers": {
+        "agents": {"handlers": ["console"], "level": _log_level("AGENTFAST_LOG_LEVEL", "INFO")},
+        # A refused or missing page (4xx) is the client's doing, not the server's: Django logged
+        # each 403 with a full traceback. Server errors (5xx) are still logged, with theirs.
+        "django.request": {"level": "ERROR"},
+    },
 }
 
 # Model endpoints (`model: openai:<name>`): seconds per request, and the SDK's retries of 408,

@@ -15,9 +15,11 @@ from typing import Any
 
 from agents import text
 from agents.cli import approvals, audit, effects, grants, mcp, policy, runs, tokens, users
-from agents.cli.output import EXIT_REFUSED, EXIT_USAGE, CliError
+from agents.cli.output import EXIT_REFUSED, EXIT_USAGE, CliError, echo
 
 __all__ = ["CliError", "build_parser", "main"]
+
+_STATE_MUST_EXIST = "AGENTFAST_VAR_DIR_MUST_EXIST"  # read by the settings (dashboard/settings.py)
 
 GROUPS: tuple[Callable[[Any], None], ...] = (
     approvals.register,
@@ -64,10 +66,10 @@ def main(argv: Sequence[str] | None = None, *, extensions: Iterable[Callable[[An
 def _run(args: argparse.Namespace) -> int:
     try:
         _require_clean_arguments(args)
-        setup_django()
+        setup_django(existing_state=not getattr(args, "creates_state", False))
         return _dispatch(args)
     except CliError as exc:
-        print(f"agentfast: {text.repair(str(exc))}", file=sys.stderr)
+        echo(f"agentfast: {exc}", err=True)
         return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
@@ -101,14 +103,21 @@ def _require_clean_arguments(args: argparse.Namespace) -> None:
             raise CliError(f"{text.repair(item)}: {text.problem(item)}; nothing changed")
 
 
-def setup_django() -> None:
-    """Set Django up; report a bad settings value or config file in one line."""
+def setup_django(*, existing_state: bool = False) -> None:
+    """Set Django up; report a bad settings value or config file in one line.
+
+    With `existing_state` (every command but those that start the site's processes) the
+    settings refuse a state folder (var/) that does not exist rather than create it empty.
+    The variable is set for the settings' import alone: processes started later decide anew.
+    """
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
     import django
     from django.core.exceptions import ImproperlyConfigured
 
     from agents.policy import ConfigError
 
+    if existing_state:
+        os.environ[_STATE_MUST_EXIST] = "1"
     try:
         django.setup()
     except (ConfigError, ImproperlyConfigured) as exc:
@@ -117,6 +126,8 @@ def setup_django() -> None:
         raise CliError(f"{_config_path()}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    finally:
+        os.environ.pop(_STATE_MUST_EXIST, None)
 
 
 def _config_path() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import re
 import socket
 import sys
 from collections.abc import Callable
@@ -15,6 +16,14 @@ EXIT_REFUSED = 1
 EXIT_USAGE = 2
 
 Handler = Callable[[argparse.Namespace], "int | None"]
+
+# Stored text (a prompt, a note, a tool's output, a user name) is anyone's: its terminal
+# controls would reach the reader's terminal as commands (ESC ] sets the window title, ESC [
+# recolours and erases lines, a bare CR overwrites the line, C1 codes U+0080-U+009F act as
+# ESC sequences on terminals that read them). Newline and tab keep their meaning.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# JSON already escapes C0 controls, but not DEL nor C1; \u escapes keep the value exact.
+_JSON_UNESCAPED_CONTROLS = re.compile(r"[\x7f-\x9f]")
 
 
 class CliError(Exception):
@@ -51,16 +60,28 @@ def attempt(by: str) -> Any:
 
 
 def echo(line: str = "", *, err: bool = False) -> None:
-    """Print a line of stored text; text that cannot be encoded is shown repaired, never raised."""
-    print(text.repair(line), file=sys.stderr if err else sys.stdout)
+    """Print a line of stored text: repaired where it cannot be encoded, its terminal controls made visible."""
+    print(visible(text.repair(line)), file=sys.stderr if err else sys.stdout)
+
+
+def visible(line: str) -> str:
+    """Return the line with terminal controls as escapes (ESC as `\\x1b`): the reader sees that one was there.
+
+    An escape rather than U+FFFD: it says which control it was, and a shown `\\x1b[31m`
+    is plainly an attempt, not a character that failed to decode.
+    """
+    return _CONTROLS.sub(lambda control: f"\\x{ord(control.group()):02x}", line)
 
 
 def print_json(value: Any) -> None:
-    echo(text.dumps(value, indent=2))
+    """Print a value as JSON that the reader's terminal only displays (no control arrives raw)."""
+    shown = _JSON_UNESCAPED_CONTROLS.sub(lambda control: f"\\u{ord(control.group()):04x}", text.dumps(value, indent=2))
+    print(shown, file=sys.stdout)
 
 
 def print_table(headers: list[str], rows: list[list[Any]], indent: str = "") -> None:
-    cells = [headers, *[[str(c) for c in row] for row in rows]]
+    # Escaped before measuring, so a cell holding controls still lines up with its column.
+    cells = [headers, *[[visible(str(c)) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for row in cells:
         echo(indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

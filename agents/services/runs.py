@@ -204,6 +204,8 @@ def run_cancel(*, run_id: str, attempt: Attempt) -> Run:
     """
     from agents.services.approvals import approval_expire, audit_run
 
+    if not attempt.actor.strip():  # as for a decision: the audit says who, never "(anonymous)"
+        raise InvalidInput("who cancels is required", field="by")
     with transaction.atomic():
         run = _locked(run_id)
         if run.is_terminal:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import timedelta
+from typing import cast
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -15,6 +16,7 @@ from agents.models import ApiToken
 from agents.services.errors import InvalidInput, NotFound
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+_NAME_CHARS = cast(int, ApiToken._meta.get_field("name").max_length)
 
 
 def _hash(token: str) -> str:
@@ -24,6 +26,9 @@ def _hash(token: str) -> str:
 
 def token_create(*, username: str, name: str = "") -> tuple[ApiToken, str]:
     """Create a token for a user; return it and the secret, which is never shown again."""
+    # Checked here, not left to the database: SQLite stores any length, PostgreSQL raises.
+    if len(name) > _NAME_CHARS:
+        raise InvalidInput(f"a token's name is at most {_NAME_CHARS} characters, not {len(name)}", field="name")
     user = User.objects.filter(username=username, is_active=True).first()
     if user is None:
         raise InvalidInput(f"no active user {username!r} (create one with `agentfast users create`)", field="user")

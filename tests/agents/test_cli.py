@@ -12,7 +12,7 @@ import pytest
 from agents.models import Approval, AuditEntry, Run, SideEffect
 from dashboard import cli
 from tests.conftest import ROOT, child_env, wait_for
-from tests.support.flows import pending, start
+from tests.support.flows import decide, pending, start
 
 REFUND = "Refund order A1001 for 25.00 USD"
 
@@ -213,6 +213,17 @@ def test_it_creates_and_revokes_api_tokens(db, capsys, alice):
     assert code == 1 and "no active user 'nobody'" in err
 
 
+def test_it_refuses_a_token_name_longer_than_the_column_and_creates_nothing(db, capsys, alice):
+    from agents.models import ApiToken
+
+    code, _, err = run_cli(capsys, "tokens", "create", "alice", "--name", "n" * 5000)
+
+    assert (code, err) == (1, "agentfast: a token's name is at most 100 characters, not 5000\n")
+    assert not ApiToken.objects.exists()
+    code, _, _ = run_cli(capsys, "tokens", "create", "alice", "--name", "n" * 100)
+    assert code == 0 and ApiToken.objects.get().name == "n" * 100
+
+
 def _start_inline(capsys: pytest.CaptureFixture[str], prompt: str) -> dict:
     code, out, err = run_cli(capsys, "runs", "start", "--agent", "support", "--inline", "--json", prompt)
     assert code == 0, err
@@ -328,8 +339,10 @@ def test_it_refuses_invalid_utf8_in_a_prompt_and_starts_nothing(transactional_db
         ("--args", '{"order_id": "A1001", "amount_cents": -Infinity}', "-Infinity is not a JSON number"),
         ("--payload", '{"answer": ' + "[" * 5000 + "]" * 5000 + "}", "nested deeper than"),
         ("--args", '{"order_id": "\\ud800", "amount_cents": 100}', "lone surrogate"),
+        ("--args", '{"order_id": "A1001", "order_id": "A1002", "amount_cents": 100}', "'order_id' appears twice"),
+        ("--payload", '{"answer": {"text": "yes", "text": "no"}}', "'text' appears twice"),
     ],
-    ids=["nan", "infinity", "deep", "surrogate"],
+    ids=["nan", "infinity", "deep", "surrogate", "duplicate", "nested-duplicate"],
 )
 def test_it_refuses_nan_infinity_and_deep_nesting_in_json_options(transactional_db, option, value, problem):
     [approval] = pending(start(REFUND))
@@ -389,3 +402,70 @@ def test_it_offers_every_run_status_of_the_model():
     from agents.cli.runs import RUN_STATUSES
 
     assert set(RUN_STATUSES) == set(Run.Status.values)
+
+
+# -- stored text reaches a terminal as text, never as its commands -------------------------
+
+HOSTILE = "\u001b]0;PWNED\u0007\u001b[31mrefund approved\u001b[2K\r\x01\x7f\x9b2J"
+RAW_CONTROLS = ("\x1b", "\x07", "\r", "\x01", "\x7f", "\x9b")
+
+
+def test_it_shows_terminal_controls_in_stored_text_as_escapes(db, capsys):
+    run = start(f"{REFUND} {HOSTILE}")
+    [approval] = pending(run)
+    decide(approval, "rejected", by="ali\x1b[8mce", note=f"no {HOSTILE}")
+
+    for argv in (["runs", "show", run.id], ["runs", "list"], ["approvals", "show", approval.id]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 0, err
+        assert not any(control in out for control in RAW_CONTROLS), (argv, out)
+        assert "\\x1b]0;PWNED\\x07\\x1b[31m" in out, (argv, out)
+    assert "ali\\x1b[8mce" in out and "\\x9b2J" in out and "\n" in out  # newlines keep their meaning
+
+
+def test_it_prints_json_whose_controls_are_escaped_and_whose_values_are_exact(db, capsys):
+    run = start(f"{REFUND} {HOSTILE}")
+
+    code, out, _ = run_cli(capsys, "runs", "show", run.id, "--json")
+
+    assert code == 0
+    assert not any(control in out for control in RAW_CONTROLS), out
+    assert json.loads(out)["input"] == f"{REFUND} {HOSTILE}"
+
+
+def test_it_shows_controls_in_a_one_line_refusal_as_escapes(db, capsys):
+    code, _, err = run_cli(capsys, "runs", "show", "run_\x1b]0;PWNED\x07")
+
+    assert code == 1
+    assert err == "agentfast: no run run_\\x1b]0;PWNED\\x07\n"
+
+
+@pytest.mark.parametrize("by", ["", "  "], ids=["empty", "blank"])
+def test_it_refuses_to_cancel_a_run_without_saying_who_cancels(db, capsys, by):
+    run = start(REFUND)
+
+    code, _, err = run_cli(capsys, "runs", "cancel", run.id, "--by", by)
+
+    assert (code, err) == (1, "agentfast: who cancels is required\n")
+    assert Run.objects.get(pk=run.id).status == "suspended"
+    assert not AuditEntry.objects.filter(run_id=run.id).exists()
+
+
+def test_it_refuses_a_var_folder_that_does_not_exist_and_creates_nothing(db, tmp_path):
+    missing = tmp_path / "nonexistent" / "zz"
+    for argv in (["runs", "list"], ["approvals", "show", "appr_x"], ["tokens", "create", "alice"]):
+        done = agentfast(*argv, DJANGO_SETTINGS_MODULE="dashboard.settings", AGENTFAST_VAR_DIR=str(missing))
+
+        assert_one_line(done, "AGENTFAST_VAR_DIR", str(missing), "does not exist")
+    assert not missing.parent.exists()  # no empty database, no new secret key
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [("garbage", "not a database URL"), ("postgres://app:s3cret@db.internal:5432/", "names no database")],
+)
+def test_it_reports_a_malformed_database_url_in_one_line_without_its_password(db, url, says):
+    done = agentfast("runs", "list", DATABASE_URL=url)
+
+    assert_one_line(done, "DATABASE_URL", says)
+    assert "s3cret" not in done.stderr

@@ -128,6 +128,43 @@ def test_it_answers_a_json_404_for_unknown_api_urls(api: Api) -> None:
     assert response.json()["error_code"] == "not_found"
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code", "allow"),
+    [
+        ("post", "/api/nothing/here", 404, "not_found", None),
+        ("post", "/api/runs/", 404, "not_found", None),
+        ("get", "/api/", 404, "not_found", None),
+        ("put", "/api/runs", 405, "method_not_allowed", "GET, POST"),
+        ("delete", "/api/runs/run_x", 405, "method_not_allowed", "GET"),
+        ("put", "/api/events", 405, "method_not_allowed", "GET"),  # an async endpoint
+        ("post", "/api/openapi.json", 405, "method_not_allowed", "GET, HEAD"),
+    ],
+)
+def test_it_answers_unknown_urls_and_methods_in_json_even_to_a_csrf_checking_client(
+    alice: User, method: str, path: str, status: int, code: str, allow: str | None
+) -> None:
+    client = Client(enforce_csrf_checks=True)
+    headers = {"Authorization": f"Bearer {token_for('alice')}"}
+
+    body = {} if method == "get" else {"data": "{}", "content_type": "application/json"}
+    response = getattr(client, method)(path, headers=headers, **body)
+
+    assert (response.status_code, response.json()["error_code"]) == (status, code)
+    assert response.get("Allow") == allow
+
+
+def test_it_still_enforces_csrf_on_a_sessions_post_to_a_real_endpoint(alice: User) -> None:
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(alice)
+
+    refused = browser.post(
+        "/api/runs", json.dumps({"agent": "support", "input": "hi"}), content_type="application/json"
+    )
+
+    assert (refused.status_code, refused.json()["error_code"]) == (403, "csrf_failed")
+    assert not Run.objects.exists()
+
+
 def test_it_cancels_a_run_and_expires_its_approvals(api: Api, paused: Run) -> None:
     response = api.post(f"/api/runs/{paused.id}/cancel")
     assert response.status_code == 200
@@ -481,6 +518,12 @@ def test_it_accepts_decided_by_naming_the_caller(api: Api, paused: Run) -> None:
         ('{"decision": "approved", "arguments": {"amount_cents": 1e400}}', "invalid", "arguments"),
         ('["approved"]', "invalid", "body"),
         ("", "invalid", "body"),
+        ('{"decision": "approved", "decision": "rejected"}', "duplicate_key", "decision"),
+        (
+            '{"decision": "approved", "arguments": {"amount_cents": 1, "amount_cents": 2}}',
+            "duplicate_key",
+            "amount_cents",
+        ),
     ],
 )
 def test_it_refuses_bad_decision_bodies_and_audits_them(
@@ -494,6 +537,16 @@ def test_it_refuses_bad_decision_bodies_and_audits_them(
     assert body["message"]
     assert approval_of(paused).status == Approval.Status.PENDING
     assert audits(approval.id) == [("alice", "", "api", "invalid_arguments")]
+
+
+def test_it_refuses_a_run_whose_body_names_a_key_twice_and_starts_nothing(api: Api) -> None:
+    response = api.post("/api/runs", raw='{"agent": "support", "input": "first", "input": "second"}')
+
+    assert response.status_code == 400
+    body = response.json()
+    assert (body["error_code"], body["field"]) == ("duplicate_key", "input")
+    assert "'input' appears twice" in body["message"]
+    assert not Run.objects.exists()
 
 
 def test_it_refuses_a_body_over_the_limit_with_413(api: Api, paused: Run) -> None:

@@ -115,6 +115,30 @@ def test_it_refuses_a_bad_token_before_reading_a_body_under_the_cap(daphne: Daph
     assert (answer, json.loads(body)["error_code"]) == (401, "unauthenticated")
 
 
+@pytest.mark.parametrize("content_type", ["multipart/form-data", "multipart/form-data; boundary=xyz"])
+def test_it_refuses_a_multipart_body_to_the_api_with_a_json_415(daphne: Daphne, token: str, content_type: str) -> None:
+    body = b"--xyz\r\nContent-Disposition: form-data; name=input\r\n\r\nhi\r\n--xyz--\r\n"
+    head = {"Authorization": f"Bearer {token}", "Content-Type": content_type, "Content-Length": str(len(body))}
+    with _connect(daphne) as sock:
+        sock.sendall(_head("POST", "/api/runs", head) + body)
+        answer, _, payload = _response(sock)
+
+    assert (answer, json.loads(payload)["error_code"]) == (415, "unsupported_media_type")
+
+
+def test_it_lets_django_answer_a_multipart_form_without_a_boundary(daphne: Daphne) -> None:
+    """Not Twisted, which parsed the body itself and answered a bare 400 with no body."""
+    body = b"username=alice"
+    # With a CSRF cookie, Django's CSRF check reads the form: the body is parsed, and refused.
+    head = {"Content-Type": "multipart/form-data", "Content-Length": str(len(body)), "Cookie": "csrftoken=" + "t" * 32}
+    with _connect(daphne) as sock:
+        sock.sendall(_head("POST", "/accounts/login/", head) + body)
+        answer, headers, page = _response(sock)
+
+    assert answer == 400
+    assert headers["content-type"].startswith("text/html") and b"</html>" in page.lower()
+
+
 def test_it_cuts_a_chunked_body_at_the_cap_without_growing(daphne: Daphne, token: str) -> None:
     assert daphne.process is not None
     before = _status(daphne.process.pid, "VmRSS")

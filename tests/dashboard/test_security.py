@@ -163,6 +163,11 @@ def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
         ("AGENTFAST_TRUSTED_PROXIES", "10.0.0.0/8,proxy.local", "'proxy.local' is not an IP address"),
         ("DJANGO_SECURE_PROXY_SSL_HEADER", "https", "is not like 'X-Forwarded-Proto: https'"),
         ("DATABASE_URL", "mysql://db/x", "unsupported database"),
+        ("DATABASE_URL", "garbage", "not a database URL"),
+        ("DATABASE_URL", "postgres://", "names no database"),
+        ("DATABASE_URL", "postgres://app:s3cret@db.internal:5432/", "names no database"),
+        ("DATABASE_URL", "postgres://app@db.internal:port/agentfast", "could not be cast to integer"),
+        ("DATABASE_URL", "sqlite://", "names no SQLite file"),
         ("AGENTFAST_DB_POOL", "twenty", "'twenty' is not a whole number"),
         ("AGENTFAST_STREAMS_PER_USER", "-3", "'-3' is out of range (at least 1)"),
         # a lease or sweep of NaN or 0 seconds would hand every run to the sweeper at once
@@ -337,6 +342,23 @@ def test_it_refuses_and_audits_an_admin_deciding_for_someone_who_is_no_active_us
     assert approval.status == Approval.Status.PENDING
     entry = AuditEntry.objects.get(approval_id=approval.id)
     assert (entry.actor, entry.on_behalf_of, entry.outcome) == ("carol", name, "not_permitted")
+
+
+@pytest.mark.parametrize("role", ["agent", None], ids=["agent", "no-role"])
+def test_it_refuses_and_audits_an_admin_deciding_for_an_account_that_may_not_decide(carol, approval, role):
+    if role is None:
+        User.objects.create_user(username="vic", password="vic-password")
+    else:
+        services.user_create(username="vic", role=role)
+
+    status, body = decide_for("carol", approval, "vic")
+
+    assert status == 403 and (body["error_code"], body["field"]) == ("not_permitted", "decided_by")
+    assert "may not decide" in body["message"]
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == (Approval.Status.PENDING, "")
+    entry = AuditEntry.objects.get(approval_id=approval.id)
+    assert (entry.actor, entry.on_behalf_of, entry.outcome) == ("carol", "vic", "not_permitted")
 
 
 def test_it_lets_an_admin_record_a_decision_for_an_existing_user(carol, alice, approval):
