@@ -34,8 +34,29 @@ def is_admin(user: Any) -> bool:
     return bool(user.is_authenticated and user.is_active and user.has_perm(AUDIT))
 
 
+SIGNED_OUT = "You are signed out, so nothing was done: sign in again, then try again."
+
+
+def signin_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Send anonymous users to the login page; answer an anonymous htmx request with a 401 instead.
+
+    htmx follows a redirect like any XHR and would swap the login page into the card or panel
+    that asked, over what the reviewer typed. It does not swap a 401 (base.html's
+    responseHandling), so app.js can say the decision was not recorded and keep the text.
+    """
+    redirecting = login_required(view)
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if request.headers.get("HX-Request") == "true" and not request.user.is_authenticated:
+            return HttpResponse(SIGNED_OUT, status=401, content_type="text/plain; charset=utf-8")
+        return redirecting(request, *args, **kwargs)
+
+    return wrapped
+
+
 def reviewer_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-    """Send anonymous users to the login page; refuse (403) signed-in non-reviewers."""
+    """Send anonymous users to the login page (htmx: a 401); refuse (403) signed-in non-reviewers."""
 
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
@@ -43,7 +64,7 @@ def reviewer_required(view: Callable[..., HttpResponseBase]) -> Callable[..., Ht
             raise PermissionDenied("reviewers only")
         return view(request, *args, **kwargs)
 
-    return login_required(wrapped)
+    return signin_required(wrapped)
 
 
 def admin_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
@@ -53,7 +74,7 @@ def admin_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpR
             raise PermissionDenied("admins only")
         return view(request, *args, **kwargs)
 
-    return login_required(wrapped)
+    return signin_required(wrapped)
 
 
 def client_address(request: HttpRequest) -> str:

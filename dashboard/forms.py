@@ -16,6 +16,8 @@ from agents.services import eligibility
 from agents.services.approvals import MAX_TEXT_CHARS
 from agents.services.grants import Remember
 
+# Python's words when a JSON integer has more digits than it converts (sys.set_int_max_str_digits).
+_INT_TOO_LONG = "for integer string conversion"
 REMEMBER_FOR = [("3600", "for 1 h"), ("28800", "for 8 h"), ("86400", "for 24 h")]
 REMEMBER_SCOPES = [
     ("exact", "for these exact arguments"),
@@ -45,13 +47,26 @@ class DecisionForm(forms.Form):
         self.fields["expect_digest"].initial = approval.digest
 
     def clean_arguments(self) -> dict[str, Any] | None:
+        """Return the arguments in the editor; None when none were sent (an inbox card), or blank with a rejection.
+
+        The approval page's editor starts filled with the proposal, so a blank one was erased:
+        approving it is refused rather than read as "the proposal as it is".
+        """
         text = self.cleaned_data["arguments"].strip()
         if not text:
+            if "arguments" in self.data and self.cleaned_data.get("decision") == Approval.Status.APPROVED:
+                raise forms.ValidationError(
+                    "The arguments are empty: put them back, or reset them to the proposal, to approve."
+                )
             return None
         try:
             # Strict: a person's JSON with NaN, NUL, lone surrogates or deep nesting is refused here.
             value = agents_text.loads_strict(text, field="arguments")
         except agents_text.UnsafeText as exc:
+            if _INT_TOO_LONG in exc.message:  # Python's own words name one of its settings: say what it means
+                raise forms.ValidationError(
+                    "These arguments cannot be used: a number in the arguments is too long."
+                ) from None
             raise forms.ValidationError(
                 f"These arguments cannot be used: {exc.message.removeprefix('arguments: ')}."
             ) from None
@@ -112,28 +127,39 @@ class InboxFilter(forms.Form):
         super().__init__(*args, **kwargs)
         self.user = user
 
+    def value(self, key: str) -> str:
+        """Return one filter as cleaned, or "" when it is not given or does not read (the page names it).
+
+        Filters are taken one by one, as on /runs: a bad order keeps the tool and the search.
+        """
+        self.is_valid()
+        return str(self.cleaned_data.get(key) or "")
+
     @property
     def for_me(self) -> bool:
-        return not self.is_valid() or self.cleaned_data["show"] != self.ALL
+        return self.value("show") != self.ALL
 
     @property
     def ordering(self) -> str:
-        return (self.is_valid() and self.cleaned_data["order"]) or selectors.OLDEST
+        return self.value("order") or selectors.OLDEST
 
     @property
     def search(self) -> str:
-        return self.cleaned_data["q"] if self.is_valid() else ""
+        return self.value("q")
+
+    def applied(self) -> dict[str, str]:
+        """Return the filters that read and were given: what the list shows, for its live socket's URL."""
+        return {key: self.value(key) for key in self.KEYS if self.value(key)}
 
     def pending_approvals(self, groups: set[str] | None = None) -> QuerySet[Approval]:
         """Return the pending approvals the filtered inbox lists, longest waiting first unless asked otherwise.
 
         `groups` are the user's group names when the caller read them already.
         """
-        data = self.cleaned_data if self.is_valid() else {"agent": "", "tool": ""}
         approvals = selectors.approval_list(
             status=Approval.Status.PENDING,
-            agent=data["agent"] or None,
-            tool=data["tool"] or None,
+            agent=self.value("agent") or None,
+            tool=self.value("tool") or None,
             search=self.search,
             order=self.ordering,
         )
@@ -143,9 +169,7 @@ class InboxFilter(forms.Form):
         """Return whether a live approval belongs in a list with these filters."""
         if self.for_me and not eligibility.may_decide(self.user, approval):
             return False
-        if not self.is_valid():
-            return True
-        agent, tool = self.cleaned_data["agent"], self.cleaned_data["tool"]
+        agent, tool = self.value("agent"), self.value("tool")
         if self.search and not selectors.approval_list(search=self.search).filter(pk=approval.pk).exists():
             return False
         return (not agent or approval.run.agent == agent) and (not tool or approval.tool == tool)
@@ -190,7 +214,7 @@ class BulkDecisionForm(forms.Form):
 class SavedFilterForm(forms.Form):
     """Name the inbox's current filters to come back to them."""
 
-    name = forms.CharField(max_length=60)
+    name = forms.CharField(max_length=60, error_messages={"required": "Give the filter a name."})
     query = forms.CharField(required=False, max_length=1000)
 
     def clean_name(self) -> str:

@@ -12,7 +12,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django import forms
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import QuerySet
@@ -31,7 +30,7 @@ from agents.services import eligibility
 from agents.tools import registry
 from agents.tools.registry import summarize as registry_summarize
 from dashboard import audit_export, links, playground
-from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_required
+from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_required, signin_required
 from dashboard.forms import AuditFilter, BulkDecisionForm, DecisionForm, InboxFilter, RunFilter, SavedFilterForm
 
 INBOX_PAGE_SIZE = 20
@@ -122,7 +121,11 @@ def _live_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
 
 def _query_without_page(request: HttpRequest) -> str:
     """Return the current filters as a query string, for pagination links."""
-    return urlencode([(key, value) for key, value in request.GET.items() if key != "page" and value])
+    return _query_of(request.GET)
+
+
+def _query_of(params: QueryDict) -> str:
+    return urlencode([(key, value) for key, value in params.items() if key != "page" and value])
 
 
 # -- inbox -------------------------------------------------------------------------------
@@ -174,8 +177,18 @@ def pending_count_context(count: int) -> dict[str, Any]:
 @reviewer_required
 @_live_page
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
+    return _inbox_page(request, request.GET)
+
+
+def _inbox_page(
+    request: HtmxHttpRequest, params: QueryDict, *, save_form: SavedFilterForm | None = None
+) -> HttpResponse:
+    """Render the inbox with these filters; `save_form`: a name to save them under that was refused, shown by its field.
+
+    A filter that does not read is named above the list (400) and left out; the others apply.
+    """
     groups = eligibility.group_names(request.user)  # read once, for the For me filter and the cards
-    filters = InboxFilter(request.GET, user=request.user)
+    filters = InboxFilter(params, user=request.user)
     approvals = filters.pending_approvals(groups)
     count = selectors.count_up_to(approvals, INBOX_COUNT_CAP + 1)
     page = _window(approvals, request, INBOX_PAGE_SIZE)
@@ -187,23 +200,29 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
         "page": page,
         **pending_count_context(count),
         "filters": filters,
-        "filtered": any(filters.data.get(key) for key in ("agent", "tool", "q")),
+        "filtered": any(params.get(key) for key in ("agent", "tool", "q")),
         "for_me": filters.for_me,
         "order": filters.ordering,
         "search": filters.search,
         "agents": agents,
         "tools": tools,
         "saved_filters": _saved_filters(request),
-        "query": _query_without_page(request),
+        "save_form": save_form,
+        "query": _query_of(params),
+        # Where the list is fetched again: this page, or (a refused save, answering a POST) the inbox it saves.
+        "list_url": request.get_full_path() if save_form is None else f"/?{_query_of(params)}",
         # Given as nothing: a name missing from the context is looked up through three exceptions, on every card.
         **CARD_DEFAULTS,
-        # The consumer filters live cards the same way, and inserts them on the first page only.
+        # The consumer filters live cards the same way (the filters that read: the list leaves the
+        # others out), and inserts them on the first page only.
         # `last`: with the oldest first, a new card belongs at the end of the last page.
         "ws_url": "/ws/inbox/?"
-        + urlencode({**request.GET.dict(), "page": page.number, "last": "0" if page.has_next else "1"}),
+        + urlencode({**filters.applied(), "page": page.number, "last": "0" if page.has_next else "1"}),
     }
-    template = "dashboard/_inbox_list.html" if request.htmx else "dashboard/inbox.html"
-    return render(request, template, context)
+    if request.htmx:  # the list fetched again: the filters' errors are on the page already
+        return render(request, "dashboard/_inbox_list.html", context)
+    refused = bool(filters.errors) or save_form is not None
+    return render(request, "dashboard/inbox.html", context, status=400 if refused else 200)
 
 
 # -- saved filters (kept in the reviewer's session: a handful of links, nothing to migrate) --
@@ -219,11 +238,11 @@ def _saved_filters(request: HttpRequest) -> list[dict[str, str]]:
 
 @require_POST
 @reviewer_required
-def inbox_filter_save(request: HttpRequest) -> HttpResponse:
+def inbox_filter_save(request: HtmxHttpRequest) -> HttpResponse:
     """Remember the inbox's current filters under a name, or forget the name when `forget` is sent."""
     form = SavedFilterForm(request.POST)
-    if not form.is_valid():
-        return HttpResponse(_errors_text(form), status=400, content_type="text/plain; charset=utf-8")
+    if not form.is_valid():  # the inbox these filters show, with the message by the name and the name as typed
+        return _inbox_page(request, QueryDict(str(request.POST.get("query", ""))), save_form=form)
     name = form.cleaned_data["name"]
     # Only the filters' own keys are kept, so a saved link can never carry anything else.
     query = QueryDict(form.cleaned_data["query"])
@@ -239,7 +258,7 @@ def inbox_filter_save(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@login_required
+@signin_required
 def approval_bulk(request: HttpRequest) -> HttpResponse:
     """Decide several cards at once: each a separate, audited decision through the same service."""
     if not is_reviewer(request.user):
@@ -253,15 +272,21 @@ def approval_bulk(request: HttpRequest) -> HttpResponse:
         for approval_id, digest in data["cards"]
     ]
     done = sum(1 for result in results if result["ok"])
-    context = {"results": results, "done": done, "decision": data["decision"], "total": len(results)}
+    voted = sum(1 for result in results if result["voted"])
+    context = {"results": results, "done": done, "voted": voted, "decision": data["decision"], "total": len(results)}
     return render(request, "dashboard/bulk.html", context)
 
 
 def _bulk_one(request: HttpRequest, approval_id: str, digest: str, *, decision: str, note: str) -> dict[str, Any]:
-    """Decide one card of a bulk decision; return what happened to it, for the summary."""
+    """Decide one card of a bulk decision; return what happened to it, for the summary.
+
+    `ok`: the call is now decided as asked. `voted`: an approval counted towards a quorum not
+    reached yet, so the call still waits (`tally` says for how many more).
+    """
     attempt = attempt_from(request, source=AuditEntry.Source.WEB)
+    refused = {"id": approval_id, "ok": False, "voted": False, "tally": ""}
     try:
-        services.approval_decide(
+        result = services.approval_decide(
             approval_id=approval_id,
             decision=decision,
             attempt=attempt,
@@ -270,12 +295,17 @@ def _bulk_one(request: HttpRequest, approval_id: str, digest: str, *, decision: 
         )
     except services.NotFound:
         _refuse(request, approval_id, AuditEntry.Outcome.NOT_FOUND, "no such approval")
-        return {"id": approval_id, "ok": False, "why": "no such approval"}
+        return {**refused, "why": "no such approval"}
     except (services.AlreadyDecided, services.WrongState):
-        return {"id": approval_id, "ok": False, "why": "someone decided it first"}
+        return {**refused, "why": "someone decided it first"}
     except (services.DigestMismatch, services.NotPermitted, services.InvalidInput) as exc:
-        return {"id": approval_id, "ok": False, "why": exc.message}
-    return {"id": approval_id, "ok": True, "why": ""}
+        return {**refused, "why": exc.message}
+    voted = result.outcome == AuditEntry.Outcome.VOTED
+    # The same vote again is idempotent too: the call still waits for the rest of its quorum.
+    again = result.outcome == AuditEntry.Outcome.IDEMPOTENT and result.approval.status == Approval.Status.PENDING
+    if voted or again:
+        return {**refused, "voted": True, "tally": result.approval.tally, "why": "already voted" if again else ""}
+    return {**refused, "ok": True, "why": ""}
 
 
 # -- one approval ------------------------------------------------------------------------
@@ -344,7 +374,7 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
 
 
 @require_POST
-@login_required
+@signin_required
 def approval_decide(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
     """Record a decision; a decision already taken is shown (409), never an error page.
 

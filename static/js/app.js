@@ -159,7 +159,8 @@
   }
 
   // A decision that did not arrive leaves its card in place, with what was typed, to try again.
-  function decisionFailed(event, reason) {
+  // `signIn`: the session ended, so the message links to the sign-in page in a new tab.
+  function decisionFailed(event, reason, signIn) {
     var config = event.detail.requestConfig;
     var box = decisionBox(event.detail.elt);
     if (!box || (config && config.verb !== "post")) return;
@@ -172,12 +173,38 @@
       var actions = box.querySelector(".actions");
       actions ? actions.parentNode.insertBefore(message, actions) : box.appendChild(message);
     }
-    message.textContent = "Your decision was not recorded: " + reason + ". Nothing changed; try again.";
+    if (!signIn) {
+      message.textContent = "Your decision was not recorded: " + reason + ". Nothing changed; try again.";
+      return;
+    }
+    var link = document.createElement("a");
+    link.href = "/accounts/login/?next=" + encodeURIComponent(location.pathname);
+    link.target = "_blank";
+    link.rel = "noopener";
+    link.textContent = "Sign in again";
+    message.textContent = "Your decision was not recorded: " + reason + ". ";
+    message.append(link, " (in a new tab: what you typed stays here), then try again.");
   }
 
   document.addEventListener("htmx:responseError", function (event) {
     var xhr = event.detail.xhr;
+    if (xhr.status === 401) {  // signed out meanwhile (dashboard.auth.signin_required)
+      decisionFailed(event, "you are signed out", true);
+      return;
+    }
     decisionFailed(event, "the server answered " + xhr.status + (xhr.statusText ? " " + xhr.statusText : ""));
+  });
+
+  // Signing in again gives the browser a new CSRF token: send the cookie's current one rather than
+  // the page's, so a page left open across a new sign-in (in another tab) still decides. Django
+  // reads a form's own csrfmiddlewaretoken before the header, so that one is replaced too.
+  document.addEventListener("htmx:configRequest", function (event) {
+    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    if (!match) return;
+    var token = decodeURIComponent(match[1]);
+    event.detail.headers["X-CSRFToken"] = token;
+    var data = event.detail.formData;
+    if (data && data.has("csrfmiddlewaretoken")) data.set("csrfmiddlewaretoken", token);
   });
   document.addEventListener("htmx:sendError", function (event) {
     decisionFailed(event, "could not reach the server");
@@ -187,24 +214,44 @@
   });
 
   // The decision buttons say what they send: an answer, edited arguments, a note, feedback.
-  function canonical(value) {
-    if (Array.isArray(value)) return "[" + value.map(canonical).join(",") + "]";
+  // Arguments nested deeper than the server takes (32 levels) are not compared: recursing
+  // thousands deep would overflow the stack in every handler that calls this, and the
+  // server refuses them with its own message.
+  var MAX_DEPTH = 64;
+  function TooDeep() {}
+
+  function canonical(value, depth) {
+    depth = depth || 0;
+    if (depth > MAX_DEPTH) throw new TooDeep();
+    if (Array.isArray(value)) {
+      return "[" + value.map(function (item) { return canonical(item, depth + 1); }).join(",") + "]";
+    }
     if (value && typeof value === "object") {
       return "{" + Object.keys(value).sort().map(function (key) {
-        return JSON.stringify(key) + ":" + canonical(value[key]);
+        return JSON.stringify(key) + ":" + canonical(value[key], depth + 1);
       }).join(",") + "}";
     }
     return JSON.stringify(value);
   }
 
+  // Blank is not an edit to preview: it is sent as it is, and the server refuses to approve it.
   function edited(editor) {
     var text = editor.value.trim();
-    if (!text || editor.dataset.proposed === undefined) return false;  // blank: the proposal as it is
+    if (!text || editor.dataset.proposed === undefined) return false;
     try {
       return canonical(JSON.parse(text)) !== canonical(JSON.parse(editor.dataset.proposed));
     } catch (error) {
-      return true;  // not JSON: an edit the server explains
+      return true;  // not JSON, or too deep to compare: an edit the server explains
     }
+  }
+
+  function tooDeep(text) {
+    try {
+      canonical(JSON.parse(text));
+    } catch (error) {
+      return error instanceof TooDeep || error instanceof RangeError;  // RangeError: too deep for JSON.parse
+    }
+    return false;
   }
 
   function typed(form, name) {
@@ -352,8 +399,10 @@
     var submitter = trigger && trigger.submitter;
     if (!submitter || submitter.value !== "approved" || !edited(form.elements.arguments)) return;
     if (!form.querySelector(".diff-preview")) return;
+    var editor = form.elements.arguments;
+    if (tooDeep(editor.value) || tooDeep(editor.dataset.proposed)) return;  // no preview: the server answers
     event.preventDefault();
-    var changes = argumentChanges(parsed(form.elements.arguments.dataset.proposed), parsed(form.elements.arguments.value));
+    var changes = argumentChanges(parsed(editor.dataset.proposed), parsed(editor.value));
     showPreview(form, changes, function () {
       // The button that was pressed lost focus to the preview, so htmx no longer sends its value.
       var decision = document.createElement("input");
@@ -364,6 +413,17 @@
       form.appendChild(decision);
       event.detail.issueRequest(true);
     });
+  });
+
+  // "Reset to the proposal", by an arguments error: the editor gets the model's arguments back.
+  document.addEventListener("click", function (event) {
+    var reset = event.target.closest && event.target.closest("[data-reset-arguments]");
+    var editor = reset && reset.form && reset.form.elements.arguments;
+    if (!editor || editor.dataset.proposed === undefined) return;
+    var proposal = parsed(editor.dataset.proposed);
+    editor.value = proposal === undefined ? editor.dataset.proposed : JSON.stringify(proposal, null, 2);
+    relabel(reset.form);
+    editor.focus();
   });
 
   document.addEventListener("htmx:afterRequest", function (event) {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.test import Client
 
@@ -50,6 +52,20 @@ def test_it_sends_an_anonymous_decision_to_sign_in_and_changes_nothing(client, a
     assert response.status_code == 302 and response.url.startswith("/accounts/login/")
     approval.refresh_from_db()
     assert approval.status == "pending"
+
+
+def test_it_answers_a_signed_out_htmx_request_with_a_401_htmx_does_not_swap(client, approval):
+    htmx = {"HX-Request": "true"}
+
+    decided = client.post(f"/approvals/{approval.id}/decide", {"decision": "rejected", "note": "no"}, headers=htmx)
+    listed = client.get("/", headers=htmx)
+
+    for response in (decided, listed):
+        assert response.status_code == 401 and "Location" not in response
+        assert response.content.decode() == "You are signed out, so nothing was done: sign in again, then try again."
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+    assert client.get("/").status_code == 302  # without htmx: the sign-in page, as before
 
 
 def test_it_refuses_every_reviewer_page_to_a_user_without_a_role(client_for, dave, approval):
@@ -194,3 +210,11 @@ def test_a_tokens_user_comes_with_the_same_permissions_django_reads(alice, carol
     assert authenticated is not None and authenticated._perm_cache  # read with the token, not by has_perm
     assert authenticated.has_perm(ON_BEHALF) and not authenticated.has_perm("agents.view_auditentry")
     assert not hasattr(services.token_authenticate(services.token_create(username="root")[1]), "_perm_cache")
+
+
+def test_it_logs_a_refused_page_without_a_traceback(alice, client_for, caplog):
+    caplog.set_level(logging.WARNING)
+
+    assert client_for(alice).get("/audit").status_code == 403
+
+    assert not [record for record in caplog.records if record.name == "django.request"]

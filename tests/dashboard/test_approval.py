@@ -223,6 +223,45 @@ def test_it_refuses_bad_input_on_the_form_with_4xx_and_audits_it(client_for, ali
     assert SideEffect.objects.count() == 0
 
 
+@pytest.mark.parametrize("blank", ["", "  \n\t "])
+def test_it_refuses_to_approve_erased_arguments_and_keeps_the_text(client_for, alice, approval, blank):
+    response = client_for(alice).post(
+        decide_url(approval), {"decision": "approved", "arguments": blank}, headers={"HX-Request": "true"}
+    )
+
+    html = response.content.decode()
+    assert response.status_code == 422
+    assert 'id="arguments-error" role="alert">The arguments are empty: put them back, or reset them' in html
+    assert f'aria-describedby="arguments-error">{blank}</textarea>' in html and "data-reset-arguments" in html
+    approval.refresh_from_db()
+    assert approval.status == "pending" and approval.arguments is None
+    assert AuditEntry.objects.get(approval_id=approval.id).outcome == "invalid_arguments"
+
+
+def test_it_approves_the_proposal_when_no_editor_is_sent_and_rejects_with_a_blank_one(client_for, alice):
+    [card] = pending(start("Refund order A1001 for 25.00 USD"))
+    [panel] = pending(start("Refund order A1002 for 25.00 USD"))
+    client = client_for(alice)
+
+    client.post(decide_url(card), {"decision": "approved"})  # an inbox card sends no editor
+    client.post(decide_url(panel), {"decision": "rejected", "arguments": " ", "note": "no"})
+
+    assert [Approval.objects.get(pk=a.id).status for a in (card, panel)] == ["approved", "rejected"]
+    assert Approval.objects.get(pk=card.id).arguments is None
+
+
+def test_it_says_a_number_in_the_arguments_is_too_long_in_its_own_words(client_for, alice, approval):
+    arguments = '{"order_id": "A1001", "amount_cents": ' + "1" * 5001 + "}"
+
+    response = client_for(alice).post(decide_url(approval), {"decision": "approved", "arguments": arguments})
+
+    html = response.content.decode()
+    assert response.status_code == 422
+    assert "These arguments cannot be used: a number in the arguments is too long." in html
+    assert "set_int_max_str_digits" not in html and "4300" not in html
+    assert Approval.objects.get(pk=approval.id).status == "pending"
+
+
 def test_it_keeps_the_typed_feedback_when_approving_with_it_is_refused(client_for, alice, approval):
     response = client_for(alice).post(
         decide_url(approval), {"decision": "approved", "feedback": "Offer 10.00 instead", "note": "hm"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.http import QueryDict
 
 from agents.models import Approval, AuditEntry
 from agents.tools.registry import format_date, format_money, summarize
@@ -79,10 +80,30 @@ def test_it_searches_tool_arguments_and_the_runs_input(client_for, alice):
     assert card_ids(empty) == [] and "No approvals waiting for these filters" in empty
 
 
-def test_it_ignores_a_search_that_cannot_be_text(client_for, alice, approval):
-    response = client_for(alice).get("/?q=%00")
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("show=all&tool=refund_request&q=A1001&order=bogus", "Order: Select a valid choice. bogus is not one"),
+        ("show=all&tool=refund_request&q=A1001%00", "Search: Null characters are not allowed."),
+        ("show=all&tool=refund_request&q=" + "A1001" * 41, "Search: Ensure this value has at most 200 characters"),
+    ],
+    ids=["order", "nul", "long"],
+)
+def test_it_names_a_filter_that_does_not_read_and_keeps_the_others_and_the_text(client_for, alice, query, named):
+    refund, email = pending(start(REFUND))[0], pending(start(EMAIL))[0]
 
-    assert response.status_code == 200 and card_ids(response.content.decode()) == [approval.id]
+    response = client_for(alice).get(f"/?{query}")
+
+    html = response.content.decode()
+    assert response.status_code == 400 and named in html and 'id="filters-error" role="alert"' in html
+    assert card_ids(html) == [refund.id] and email.id not in html  # the tool filter still applies
+    assert '<option value="all" selected>All</option>' in html
+    assert '<option value="refund_request" selected>refund_request</option>' in html
+    typed = QueryDict(query)["q"]
+    assert f'name="q" value="{typed}"' in html  # the search box keeps what was typed
+    # The live list follows the filters that apply, and is fetched again from this URL.
+    assert re.search(r'ws-connect="/ws/inbox/\?show=all&amp;tool=refund_request(&amp;q=A1001)?&amp;page=1', html)
+    assert "order=bogus" not in html.split('ws-connect="', 1)[1].split('"', 1)[0]
 
 
 def test_it_saves_filters_per_reviewer_keeping_only_the_filters(client_for, alice, bob):
@@ -101,6 +122,22 @@ def test_it_refuses_a_saved_filter_without_a_usable_name(client_for, alice):
     for name in ("", "\x00x"):
         response = client_for(alice).post("/inbox/filters", {"name": name, "query": ""})
         assert response.status_code == 400
+
+
+def test_it_answers_a_blank_saved_filter_name_with_the_inbox_the_message_and_the_name(client_for, alice):
+    refund, email = pending(start(REFUND))[0], pending(start(EMAIL))[0]
+    client = client_for(alice)
+
+    response = client.post("/inbox/filters", {"name": "   ", "query": "tool=refund_request&q=A10"})
+
+    html = response.content.decode()
+    assert response.status_code == 400 and response["Content-Type"].startswith("text/html")
+    assert '<p class="error" id="save-filter-error" role="alert">Give the filter a name. Nothing was saved.</p>' in html
+    assert 'name="name" maxlength="60" required autocomplete="off" value="   " aria-invalid="true"' in html
+    assert '<input type="hidden" name="query" value="tool=refund_request&amp;q=A10">' in html
+    assert card_ids(html) == [refund.id] and email.id not in html  # the inbox those filters show
+    assert 'hx-get="/?tool=refund_request&amp;q=A10"' in html  # re-fetched from the inbox, not from the POST
+    assert "Saved:" not in client.get("/").content.decode()
 
 
 def test_it_decides_several_cards_each_audited_and_says_what_succeeded(client_for, alice):
@@ -145,6 +182,21 @@ def test_it_binds_each_bulk_decision_to_the_arguments_shown(client_for, alice, a
 
     assert "0 of 1 approved" in response.content.decode()
     assert Approval.objects.get(pk=approval.id).status == "pending"
+
+
+def test_it_reports_a_bulk_approval_short_of_its_quorum_as_a_vote_not_an_approval(client_for, alice):
+    refund = pending(start(REFUND))[0]
+    large = pending(start("Refund order A1004 for 75.00 USD"))[0]  # the "large refunds" rule: quorum 2
+    cards = [f"{a.id}:{a.digest}" for a in (refund, large)]
+
+    html = client_for(alice).post("/approvals/bulk", {"decision": "approved", "cards": cards}).content.decode()
+
+    assert "1 of 2 approved" in html and "1 call still waits for more approvals" in html
+    assert f"<code>{large.id}</code></a>: vote recorded (1 of 2 approvals: alice), still pending" in html
+    assert f"<code>{refund.id}</code></a>: approved" in html
+    assert [Approval.objects.get(pk=a.id).status for a in (refund, large)] == ["approved", "pending"]
+    again = client_for(alice).post("/approvals/bulk", {"decision": "approved", "cards": cards[1:]}).content.decode()
+    assert "0 of 1 approved" in again and "already voted (1 of 2 approvals: alice), still pending" in again
 
 
 @pytest.mark.parametrize(
