@@ -102,6 +102,15 @@ def _repair(value: Any, depth: int, max_depth: int) -> Any:
     return value
 
 
+# Python's words when a JSON integer has more digits than it converts (sys.set_int_max_str_digits).
+_INT_TOO_LONG = "for integer string conversion"
+
+
+def is_number_too_long(exc: BaseException) -> bool:
+    """Return whether json refused an integer of more digits than Python converts (its words name a setting)."""
+    return isinstance(exc, ValueError) and _INT_TOO_LONG in str(exc)
+
+
 def loads_strict(text: str, *, field: str, max_depth: int = MAX_DEPTH) -> Any:
     """Parse a person's JSON; raise UnsafeText for bad JSON, NaN/Infinity, bad characters, deep nesting."""
     if _nesting(text) > max_depth:
@@ -113,6 +122,8 @@ def loads_strict(text: str, *, field: str, max_depth: int = MAX_DEPTH) -> Any:
     except DuplicateKey as exc:
         raise UnsafeText(f"{field}: {exc}", field=field) from None
     except (ValueError, RecursionError) as exc:
+        if is_number_too_long(exc):
+            raise UnsafeText(f"{field}: a number is too long (over 4,300 digits)", field=field) from None
         raise UnsafeText(f"{field}: not valid JSON ({exc})", field=field) from None
     return require_clean(value, field=field)
 

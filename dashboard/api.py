@@ -383,6 +383,10 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         message = f"the request body is ambiguous: {exc.__cause__}"
         _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)
         return error_response(ApiError(message, code="duplicate_key", field=exc.__cause__.key))
+    if exc.status_code == 400 and exc.__cause__ is not None and text.is_number_too_long(exc.__cause__):
+        message = "the request body holds a number too long to read (over 4,300 digits)"
+        _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)
+        return error_response(ApiError(message, code="malformed_json"))
     if exc.status_code == 400:
         message = "the request body is not JSON that can be read: malformed, or nested too deeply"
         _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)

@@ -16,8 +16,6 @@ from agents.services import eligibility
 from agents.services.approvals import MAX_TEXT_CHARS
 from agents.services.grants import Remember
 
-# Python's words when a JSON integer has more digits than it converts (sys.set_int_max_str_digits).
-_INT_TOO_LONG = "for integer string conversion"
 REMEMBER_FOR = [("3600", "for 1 h"), ("28800", "for 8 h"), ("86400", "for 24 h")]
 REMEMBER_SCOPES = [
     ("exact", "for these exact arguments"),
@@ -63,10 +61,6 @@ class DecisionForm(forms.Form):
             # Strict: a person's JSON with NaN, NUL, lone surrogates or deep nesting is refused here.
             value = agents_text.loads_strict(text, field="arguments")
         except agents_text.UnsafeText as exc:
-            if _INT_TOO_LONG in exc.message:  # Python's own words name one of its settings: say what it means
-                raise forms.ValidationError(
-                    "These arguments cannot be used: a number in the arguments is too long."
-                ) from None
             raise forms.ValidationError(
                 f"These arguments cannot be used: {exc.message.removeprefix('arguments: ')}."
             ) from None

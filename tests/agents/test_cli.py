@@ -341,8 +341,9 @@ def test_it_refuses_invalid_utf8_in_a_prompt_and_starts_nothing(transactional_db
         ("--args", '{"order_id": "\\ud800", "amount_cents": 100}', "lone surrogate"),
         ("--args", '{"order_id": "A1001", "order_id": "A1002", "amount_cents": 100}', "'order_id' appears twice"),
         ("--payload", '{"answer": {"text": "yes", "text": "no"}}', "'text' appears twice"),
+        ("--args", '{"order_id": "A1001", "amount_cents": ' + "9" * 5001 + "}", "a number is too long"),
     ],
-    ids=["nan", "infinity", "deep", "surrogate", "duplicate", "nested-duplicate"],
+    ids=["nan", "infinity", "deep", "surrogate", "duplicate", "nested-duplicate", "long-number"],
 )
 def test_it_refuses_nan_infinity_and_deep_nesting_in_json_options(transactional_db, option, value, problem):
     [approval] = pending(start(REFUND))

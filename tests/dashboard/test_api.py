@@ -508,6 +508,7 @@ def test_it_accepts_decided_by_naming_the_caller(api: Api, paused: Run) -> None:
     [
         ('{"decision": "approved",', "malformed_json", None),
         ('{"decision": "approved", "arguments": {"a": ' + "[" * 5000 + "]" * 5000 + "}}", "malformed_json", None),
+        ('{"decision": "approved", "arguments": {"amount_cents": ' + "9" * 5001 + "}}", "malformed_json", None),
         ('{"decision": "approved", "decidedby": "x"}', "invalid", "decidedby"),
         ('{"decision": "approve"}', "invalid", "decision"),
         ('{"decision": "approved", "auto_resume": "yes"}', "invalid", "auto_resume"),
@@ -535,6 +536,7 @@ def test_it_refuses_bad_decision_bodies_and_audits_them(
     body = response.json()
     assert (body["error_code"], body.get("field")) == (code, field)
     assert body["message"]
+    assert ("too long to read" in body["message"]) == ("9" * 5001 in raw)
     assert approval_of(paused).status == Approval.Status.PENDING
     assert audits(approval.id) == [("alice", "", "api", "invalid_arguments")]
 

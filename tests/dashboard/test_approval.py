@@ -257,7 +257,7 @@ def test_it_says_a_number_in_the_arguments_is_too_long_in_its_own_words(client_f
 
     html = response.content.decode()
     assert response.status_code == 422
-    assert "These arguments cannot be used: a number in the arguments is too long." in html
+    assert "These arguments cannot be used: a number is too long (over 4,300 digits)." in html
     assert "set_int_max_str_digits" not in html and "4300" not in html
     assert Approval.objects.get(pk=approval.id).status == "pending"
 
