@@ -20,10 +20,13 @@ Handler = Callable[[argparse.Namespace], "int | None"]
 # Stored text (a prompt, a note, a tool's output, a user name) is anyone's: its terminal
 # controls would reach the reader's terminal as commands (ESC ] sets the window title, ESC [
 # recolours and erases lines, a bare CR overwrites the line, C1 codes U+0080-U+009F act as
-# ESC sequences on terminals that read them). Newline and tab keep their meaning.
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# JSON already escapes C0 controls, but not DEL nor C1; \u escapes keep the value exact.
-_JSON_UNESCAPED_CONTROLS = re.compile(r"[\x7f-\x9f]")
+# ESC sequences on terminals that read them). Newline and tab keep their meaning. Bidirectional
+# overrides and isolates (U+202A-U+202E, U+2066-U+2069, and the marks) reorder how the rest of a
+# line reads, so a note could show an id or an amount other than the one stored.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROLS = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
+# JSON already escapes C0 controls, but not DEL, C1 nor the bidirectional ones; \u escapes keep the value exact.
+_JSON_UNESCAPED_CONTROLS = re.compile(f"[\\x7f-\\x9f{_BIDI}]")
 
 
 class CliError(Exception):
@@ -70,7 +73,12 @@ def visible(line: str) -> str:
     An escape rather than U+FFFD: it says which control it was, and a shown `\\x1b[31m`
     is plainly an attempt, not a character that failed to decode.
     """
-    return _CONTROLS.sub(lambda control: f"\\x{ord(control.group()):02x}", line)
+    return _CONTROLS.sub(_escape, line)
+
+
+def _escape(control: re.Match[str]) -> str:
+    code = ord(control.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def print_json(value: Any) -> None:

@@ -407,8 +407,8 @@ def test_it_offers_every_run_status_of_the_model():
 
 # -- stored text reaches a terminal as text, never as its commands -------------------------
 
-HOSTILE = "\u001b]0;PWNED\u0007\u001b[31mrefund approved\u001b[2K\r\x01\x7f\x9b2J"
-RAW_CONTROLS = ("\x1b", "\x07", "\r", "\x01", "\x7f", "\x9b")
+HOSTILE = "\u001b]0;PWNED\u0007\u001b[31mrefund approved\u001b[2K\r\x01\x7f\x9b2J \u202e0001A\u202c"
+RAW_CONTROLS = ("\x1b", "\x07", "\r", "\x01", "\x7f", "\x9b", "\u202e", "\u202c")
 
 
 def test_it_shows_terminal_controls_in_stored_text_as_escapes(db, capsys):
@@ -422,6 +422,7 @@ def test_it_shows_terminal_controls_in_stored_text_as_escapes(db, capsys):
         assert not any(control in out for control in RAW_CONTROLS), (argv, out)
         assert "\\x1b]0;PWNED\\x07\\x1b[31m" in out, (argv, out)
     assert "ali\\x1b[8mce" in out and "\\x9b2J" in out and "\n" in out  # newlines keep their meaning
+    assert "\\u202e0001A\\u202c" in out  # a right-to-left override shown, not obeyed
 
 
 def test_it_prints_json_whose_controls_are_escaped_and_whose_values_are_exact(db, capsys):
