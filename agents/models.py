@@ -79,6 +79,11 @@ class Run(models.Model):
     def is_terminal(self) -> bool:
         return self.status in self.TERMINAL
 
+    @property
+    def account(self) -> str:
+        """Return the authenticated account an external run's agent calls as ("" for a run agentfast drives)."""
+        return self.created_by if self.kind == self.Kind.EXTERNAL else ""
+
 
 class Message(models.Model):
     """One entry of the conversation; the ordered rows of a run are its checkpoint."""

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agents import events, notify, queue, sql, text
 from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, ToolCall, Vote, arguments_digest
-from agents.policy.config import ConfigError, agent_for, get_policy
+from agents.policy.config import ConfigError, get_policy
 from agents.policy.rules import CallFacts, Verdict, evaluate
 from agents.services import eligibility, grants
 from agents.services.audit import CHAIN_LOCK, audit_append
@@ -396,18 +396,17 @@ def _check_edit_permitted(approval: Approval, arguments: dict[str, Any]) -> None
 def _edit_verdict(approval: Approval, arguments: dict[str, Any]) -> Verdict:
     """Return what the policy says now of the approval's call with these arguments (grants aside)."""
     run = approval.run
-    agent = None
-    if run.kind == Run.Kind.INTERNAL:
-        try:
-            agent = agent_for(run.agent, run.agent_config)
-        except ConfigError:
-            agent = None  # the agent is gone from the file: its floor, the file's own policy, still holds
+    try:
+        agent = grants.agent_of(run)
+    except ConfigError:
+        agent = None  # the agent is gone from the file: its floor, the file's own policy, still holds
     facts = CallFacts(
         tool=approval.tool,
         args=arguments,
         agent=agent.name if agent is not None else run.agent,
         run={"id": run.id, "agent": run.agent, "created_by": run.created_by, "input": run.input},
         now=timezone.now(),
+        account=run.account,
     )
     return evaluate(get_policy(), facts, agent=agent)
 

@@ -60,9 +60,9 @@ def approval_deadline_fire(*, approval_id: str) -> str:
             return ""
         _lock_run(run_id)
         approval = Approval.objects.select_for_update().get(pk=approval_id)
-        now = timezone.now()
-        if approval.status != Approval.Status.PENDING or approval.expires_at is None or approval.expires_at > now:
+        if not overdue(approval):
             return ""
+        now = timezone.now()
         outcome = approval.on_timeout
         if outcome == Approval.OnTimeout.ESCALATE and approval.escalated_at is None and approval.escalate_to:
             _escalate(approval, now)

@@ -26,7 +26,7 @@ from django.utils import timezone
 from agents import sql, text
 from agents.models import Approval, AuditEntry, Grant, Run, arguments_digest
 from agents.policy import config
-from agents.policy.config import ConfigError, ToolPolicy, agent_for, get_policy
+from agents.policy.config import AgentSpec, ConfigError, ToolPolicy, agent_for, get_policy
 from agents.policy.rules import CallFacts, GrantMatch, Verdict, asked
 from agents.services import eligibility
 from agents.services.audit import audit_append
@@ -90,13 +90,19 @@ def refusal(*, approval: Approval, decision: str, decider: str) -> str | None:
 
 def _tool_policy_of(approval: Approval) -> ToolPolicy | None:
     """Return the tool's policy for the approval's run as it is now (None when its agent is gone)."""
-    run = approval.run
     try:
-        # An external run's calls are evaluated without an agent entry, as the gate does.
-        agent = None if run.kind == run.Kind.EXTERNAL else agent_for(run.agent, run.agent_config)
+        agent = agent_of(approval.run)
     except ConfigError:
         return None
     return get_policy().tool_policy(approval.tool, agent=agent)
+
+
+def agent_of(run: Run) -> AgentSpec | None:
+    """Return the agent entry a run's calls are evaluated with; ConfigError when it is gone from the file.
+
+    An external run's calls are evaluated without an agent entry, as the gate does.
+    """
+    return None if run.kind == Run.Kind.EXTERNAL else agent_for(run.agent, run.agent_config)
 
 
 def grant_create(*, approval: Approval, decision: str, creator: str, remember: Remember, source: str) -> Grant:
@@ -111,7 +117,7 @@ def grant_create(*, approval: Approval, decision: str, creator: str, remember: R
         tool=approval.tool,
         agent=run.agent,
         kind=run.kind,
-        account=run.created_by if run.kind == Run.Kind.EXTERNAL else "",
+        account=run.account,
         arguments_digest=approval.digest if remember.scope == Grant.Scope.EXACT else "",
         approval_id=approval.pk,
         created_at=now,
