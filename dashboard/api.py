@@ -379,19 +379,18 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     # Ninja raises a 400 HttpError for one thing only: a body its JSON reader refuses, which
     # includes valid JSON nested deeper than the reader goes (thousands of levels) and an
     # object naming a key twice (the parser's refusal is the error's cause).
-    if exc.status_code == 400 and isinstance(exc.__cause__, text.DuplicateKey):
-        message = f"the request body is ambiguous: {exc.__cause__}"
-        _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)
-        return error_response(ApiError(message, code="duplicate_key", field=exc.__cause__.key))
-    if exc.status_code == 400 and exc.__cause__ is not None and text.is_number_too_long(exc.__cause__):
-        message = "the request body holds a number too long to read (over 4,300 digits)"
-        _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)
-        return error_response(ApiError(message, code="malformed_json"))
-    if exc.status_code == 400:
+    if exc.status_code != 400:
+        return JsonResponse({"error_code": "error", "message": str(exc)}, status=exc.status_code)
+    cause = exc.__cause__
+    if isinstance(cause, text.DuplicateKey):
+        error = ApiError(f"the request body is ambiguous: {cause}", code="duplicate_key", field=cause.key)
+    elif cause is not None and text.is_number_too_long(cause):
+        error = ApiError("the request body holds a number too long to read (over 4,300 digits)", code="malformed_json")
+    else:
         message = "the request body is not JSON that can be read: malformed, or nested too deeply"
-        _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, message)
-        return error_response(ApiError(message, code="malformed_json"))
-    return JsonResponse({"error_code": "error", "message": str(exc)}, status=exc.status_code)
+        error = ApiError(message, code="malformed_json")
+    _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, error.message)
+    return error_response(error)
 
 
 @api.exception_handler(RequestDataTooBig)

@@ -119,12 +119,8 @@ def _live_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
     return vary_on_headers("HX-Request")(cache_control(no_store=True)(view))
 
 
-def _query_without_page(request: HttpRequest) -> str:
-    """Return the current filters as a query string, for pagination links."""
-    return _query_of(request.GET)
-
-
-def _query_of(params: QueryDict) -> str:
+def _query_without_page(params: QueryDict) -> str:
+    """Return these filters as a query string, for pagination links (and what a saved filter keeps)."""
     return urlencode([(key, value) for key, value in params.items() if key != "page" and value])
 
 
@@ -208,9 +204,9 @@ def _inbox_page(
         "tools": tools,
         "saved_filters": _saved_filters(request),
         "save_form": save_form,
-        "query": _query_of(params),
+        "query": _query_without_page(params),
         # Where the list is fetched again: this page, or (a refused save, answering a POST) the inbox it saves.
-        "list_url": request.get_full_path() if save_form is None else f"/?{_query_of(params)}",
+        "list_url": request.get_full_path() if save_form is None else f"/?{_query_without_page(params)}",
         # Given as nothing: a name missing from the context is looked up through three exceptions, on every card.
         **CARD_DEFAULTS,
         # The consumer filters live cards the same way (the filters that read: the list leaves the
@@ -537,7 +533,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         "statuses": Run.Status.choices,
         "agents": agents,
         "creators": creators,
-        "query": _query_without_page(request),
+        "query": _query_without_page(request.GET),
     }
     template = "dashboard/_runs_table.html" if request.htmx else "dashboard/runs.html"
     # Unreadable search text is refused, clearly, rather than searched for.
@@ -625,7 +621,7 @@ def audit(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "people": selectors.audit_people(),
         "tools": selectors.audit_tools(),
-        "query": _query_without_page(request),
+        "query": _query_without_page(request.GET),
     }
     return render(request, "dashboard/audit.html", context)
 
