@@ -77,8 +77,8 @@ def paused_run() -> str:
     return run_id
 
 
-def check_flow() -> None:
-    """Fail early if the flow is not the one measured: one gated call, one effect."""
+def check_flow() -> str:
+    """Fail early if the flow is not the one measured: one gated call, one effect. Return the completed run."""
     run_id = paused_run()
     approvals = list(Approval.objects.filter(run_id=run_id).values_list("id", "tool", "mode"))
     expected = [(ids.approval_id(run_id, CALL_ID), "send_email", Approval.Mode.SUSPEND)]
@@ -89,6 +89,7 @@ def check_flow() -> None:
     effects = SideEffect.objects.filter(idempotency_key=approval_id).count()
     if effects != 1:
         raise BenchError(f"{run_id}: {effects} side effects after one approval, expected exactly 1")
+    return run_id
 
 
 # -- in process -----------------------------------------------------------------------

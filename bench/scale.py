@@ -1,11 +1,12 @@
 """`python -m bench.scale`: the pages, the sweeper and the CSV export over a large database.
 
 Builds --pending paused runs (one pending approval each, cloned row by row from a run the
-engine really paused: run, messages, tool call, approval, events), one run with --events
-events, and --audit audit entries (cloned from a real decision, spread over a year, 200
+engine really paused: run, messages, tool call, approval, events), --decided completed runs
+(cloned from a run the engine really resumed, each approval decided 0 s to hours after it was
+asked), one run with --events events, and --audit audit entries (cloned from a real decision, spread over a year, 200
 people, 6 tools, mixed outcomes), in bulk_create batches. Then, signed in as an admin
 through Django's test client, --repeat requests of each page; one sweeper tick --repeat
-times; and the CSV export of the whole audit through a real daphne process.
+times; --repeat Prometheus scrapes of /metrics; and the CSV export of the whole audit through a real daphne process.
 Postgres by default (DATABASE_URL naming a database containing "bench"); --sqlite allowed.
 """
 
@@ -31,12 +32,21 @@ AGENTS = [f"bench-{n}" for n in range(10)]  # the filtered inbox page picks one 
 TOOLS = ["send_email", "issue_refund", "delete_account", "update_address", "create_ticket", "close_ticket"]
 PEOPLE = [f"reviewer{n:03d}" for n in range(200)]
 DEEP = 5000  # how far into the API's list its deep pages start (page 101 of 50 rows)
-TARGETS = {"page": 50.0, "audit": 100.0, "sweeper": 100.0, "csv_rows_per_s": 50_000.0, "first_byte_s": 1.0}
+# A scrape has no target in the issue: it is timed against Prometheus' default timeout of 10 s.
+TARGETS = {
+    "page": 50.0,
+    "audit": 100.0,
+    "scrape": 10_000.0,
+    "sweeper": 100.0,
+    "csv_rows_per_s": 50_000.0,
+    "first_byte_s": 1.0,
+}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pending", type=int, default=100_000, help="paused runs, one pending approval each")
+    parser.add_argument("--decided", type=int, default=100_000, help="completed runs with a decided approval each")
     parser.add_argument("--audit", type=int, default=1_000_000, help="audit entries (default 1,000,000)")
     parser.add_argument("--events", type=int, default=1000, help="events of the one long run (default 1000)")
     parser.add_argument("--repeat", type=int, default=30, help="timed requests of each page (default 30)")
@@ -49,8 +59,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="keep the database a previous run built at these sizes (migrating it) instead of building it again",
     )
     args = parser.parse_args(argv)
-    if min(args.pending, args.audit, args.events, args.repeat) < 1:
-        parser.error("--pending, --audit, --events and --repeat must be at least 1")
+    if min(args.pending, args.decided, args.audit, args.events, args.repeat) < 1:
+        parser.error("--pending, --decided, --audit, --events and --repeat must be at least 1")
+    if args.pending <= DEEP:
+        parser.error(f"--pending must be more than {DEEP:,}: the API's deep pages start there")
     return args
 
 
@@ -126,11 +138,13 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
             return kept
         progress("--reuse: no database of these sizes to keep, building one")
     t0 = time.perf_counter()
-    measure.check_flow()  # one real decision: the audit entries' template
+    decided = measure.check_flow()  # one real decision: the decided runs' and the audit entries' template
     template = measure.paused_run()
     progress(f"building {args.pending:,} paused runs with a pending approval each")
     _clone_runs(template, args.pending)
     _restrict(args.pending)
+    progress(f"building {args.decided:,} completed runs with a decided approval each")
+    _clone_runs(decided, args.decided, decided=True)
     t1 = time.perf_counter()
     long_run = measure.paused_run()
     _add_events(long_run, args.events)
@@ -153,10 +167,14 @@ def _kept(args: argparse.Namespace) -> dict[str, Any] | None:
     from agents.models import Approval, AuditEntry, Run
 
     pending = Approval.objects.filter(status=Approval.Status.PENDING).count()
+    decided = Approval.objects.exclude(status=Approval.Status.PENDING).count()
     audit = AuditEntry.objects.count()
     long_run = Run.objects.order_by("-last_event_seq").values_list("id", "last_event_seq").first()
     # The clones and the long run's template each hold a pending approval; a kept audit has the clones and one more.
-    if not (args.pending <= pending <= args.pending + 3 and args.audit <= audit <= args.audit + 2):
+    # The decided runs' template is decided too.
+    if not (args.pending <= pending <= args.pending + 3 and args.decided <= decided <= args.decided + 1):
+        return None
+    if not args.audit <= audit <= args.audit + 2:
         return None
     if long_run is None or long_run[1] < args.events:
         return None
@@ -200,7 +218,8 @@ def _restrict(count: int) -> None:
     progress(f"  {len(ids):,} pending approvals restricted (approvers or four eyes)")
 
 
-def _clone_runs(template_id: str, count: int) -> None:
+def _clone_runs(template_id: str, count: int, *, decided: bool = False) -> None:
+    """Clone a run `count` times, row by row; decided: each approval asked 0 s to hours before its decision."""
     from django.db import transaction
 
     from agents import ids
@@ -221,19 +240,28 @@ def _clone_runs(template_id: str, count: int) -> None:
             Message.objects.bulk_create(_copy(m, id=None, run_id=r.id) for r in new_runs for m in messages)
             RunEvent.objects.bulk_create(_copy(e, id=None, run_id=r.id) for r in new_runs for e in events)
             new_calls = ToolCall.objects.bulk_create(_copy(c, id=None, run_id=r.id) for r in new_runs for c in calls)
-            Approval.objects.bulk_create(
-                _copy(
-                    approvals[old.pk],
-                    id=ids.approval_id(new.run_id, new.call_id),
-                    run_id=new.run_id,
-                    tool_call_id=new.pk,
+            with _dates_settable(Approval):
+                Approval.objects.bulk_create(
+                    _copy(
+                        approvals[old.pk],
+                        id=ids.approval_id(new.run_id, new.call_id),
+                        run_id=new.run_id,
+                        tool_call_id=new.pk,
+                        **_asked(approvals[old.pk], rng, decided),
+                    )
+                    for old, new in zip(calls * size, new_calls, strict=True)
+                    if old.pk in approvals
                 )
-                for old, new in zip(calls * size, new_calls, strict=True)
-                if old.pk in approvals
-            )
         done += size
         if done % 20_000 < BATCH:
             progress(f"  {done:,} runs")
+
+
+def _asked(approval: Any, rng: random.Random, decided: bool) -> dict[str, Any]:
+    """Return when a decided clone was asked: about ten minutes before its decision on average."""
+    if not decided:
+        return {}
+    return {"created_at": approval.decided_at - timedelta(seconds=rng.expovariate(1 / 600))}
 
 
 def _copy(row: Any, **changes: Any) -> Any:
@@ -336,6 +364,12 @@ def _run(args: argparse.Namespace, target: setup.Target) -> dict[str, Any]:
         results["pages"][label] = {"kind": kind, "url": url, **_time_page(client, url, args.repeat)}
         if args.verbose:
             results["explain"][label] = _explain(client, url)
+    progress(f"timing /metrics ({args.repeat} scrapes)")
+    results["pages"]["/metrics scrape (Prometheus)"] = {
+        "kind": "scrape",
+        "url": "/metrics",
+        **_time_page(_scraper(admin), "/metrics", args.repeat),
+    }
     progress(f"timing a sweeper tick ({args.repeat} ticks)")
     results["sweeper"] = _time_sweeper(args.repeat)
     if args.verbose:
@@ -361,6 +395,16 @@ def _client(admin: Any) -> Any:
     client = Client(HTTP_HOST="127.0.0.1")  # a host the settings allow
     client.force_login(admin)
     return client
+
+
+def _scraper(admin: Any) -> Any:
+    """Return a client holding an admin's API token, as Prometheus would."""
+    from django.test import Client
+
+    from agents import services
+
+    _, token = services.token_create(username=admin.username, name=f"bench scrape {time.time_ns()}")
+    return Client(HTTP_HOST="127.0.0.1", headers={"Authorization": f"Bearer {token}"})
 
 
 def _pages(long_run: str) -> dict[str, tuple[str, str]]:
@@ -534,7 +578,8 @@ def render(results: dict[str, Any]) -> str:
         (
             f"kept (--reuse) {built['runs']:,} runs and {built['audit']:,} audit entries"
             if built.get("reused")
-            else f"built {built['runs']:,} runs ({meta['args']['pending']:,} pending approvals) "
+            else f"built {built['runs']:,} runs ({meta['args']['pending']:,} pending approvals, "
+            f"{meta['args']['decided']:,} decided) "
             f"in {built['runs_seconds']:.1f} s, {built['audit']:,} audit entries in {built['audit_seconds']:.1f} s"
         ),
         "",

@@ -50,17 +50,14 @@ def _runs_by_status() -> Iterator[Metric]:
 
 
 def _decision_latency() -> Iterator[Metric]:
-    """Yield the time-to-decision histogram of every decided approval, by tool, from the rows."""
-    by_tool: dict[str, list[float]] = {}
-    for row in selectors.decision_latencies():
-        by_tool.setdefault(row.tool, []).append(row.seconds)
+    """Yield the time-to-decision histogram of every decided approval, by tool, counted by the database."""
     family = HistogramMetricFamily(
         "agentfast_decision_latency_seconds", "Seconds from an approval's question to its decision.", labels=["tool"]
     )
-    for tool, latencies in sorted(by_tool.items()):
-        buckets = [(_bucket_name(bound), sum(1 for s in latencies if s <= bound)) for bound in LATENCY_BUCKETS]
-        buckets.append(("+Inf", len(latencies)))
-        family.add_metric([tool], buckets, sum_value=sum(latencies))
+    for tool in selectors.decision_latency_histogram(LATENCY_BUCKETS):
+        buckets = [(_bucket_name(bound), within) for bound, within in zip(LATENCY_BUCKETS, tool.within, strict=True)]
+        buckets.append(("+Inf", tool.count))
+        family.add_metric([tool.tool], buckets, sum_value=tool.seconds)
     yield family
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.test import Client
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents import services
+from agents.models import Approval
 from dashboard import metrics
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, start
@@ -51,6 +54,28 @@ def test_it_serves_pending_runs_and_decision_latency_from_the_rows(carol, settin
         assert samples[("agentfast_decision_latency_seconds_bucket", (("le", "+Inf"), ("tool", "refund_request")))] == 1
         assert samples[("agentfast_notification_failures_total", ())] == 0
     assert second.status == "suspended"
+
+
+def test_the_latency_histogram_counts_each_bucket_and_sums_the_seconds(carol, settings):
+    settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
+    waits = [0.5, 4.0, 7200.0, -3.0]  # the last decided "before" it was asked: clocks apart, counted as 0
+    approvals = []
+    for index, wait in enumerate(waits):
+        approval = pending(start(REFUND))[0]
+        decide(approval, "approved" if index % 2 == 0 else "rejected", by="alice")
+        decided_at = Approval.objects.get(pk=approval.pk).decided_at
+        Approval.objects.filter(pk=approval.pk).update(created_at=decided_at - timedelta(seconds=wait))
+        approvals.append(approval)
+    pending(start(REFUND))  # still waiting: not in the histogram
+
+    samples = scrape("s3cret-scrape")
+
+    def bucket(le: str) -> float:
+        return samples[("agentfast_decision_latency_seconds_bucket", (("le", le), ("tool", "refund_request")))]
+
+    assert [bucket(le) for le in ("1.0", "2.0", "5.0", "3600.0", "14400.0", "+Inf")] == [2, 2, 3, 3, 4, 4]
+    assert samples[("agentfast_decision_latency_seconds_count", (("tool", "refund_request"),))] == 4
+    assert samples[("agentfast_decision_latency_seconds_sum", (("tool", "refund_request"),))] == 7204.5
 
 
 def test_it_lets_another_module_add_or_replace_a_figure(carol, settings, monkeypatch):
