@@ -100,8 +100,9 @@ def _from_completion(body: object) -> AssistantTurn:
     message = choice.get("message")
     if not isinstance(message, dict):
         raise ModelError(f"the endpoint's choice has no message: {str(choice)[:200]!r}")
+    _require_whole(choice.get("finish_reason"))
     calls = [_proposed(call) for call in _dicts(message.get("tool_calls"))]
-    return AssistantTurn(content=_text(message.get("content")), tool_calls=calls)
+    return AssistantTurn(content=_said(message), tool_calls=calls)
 
 
 def _from_chunks(chunks: Iterable[object], on_delta: DeltaSink) -> AssistantTurn:
@@ -113,11 +114,13 @@ def _from_chunks(chunks: Iterable[object], on_delta: DeltaSink) -> AssistantTurn
         choice = _first_choice(chunk)
         if choice is None:  # the last chunk may carry usage alone
             continue
-        finished = finished or choice.get("finish_reason") is not None
+        if choice.get("finish_reason") is not None:
+            _require_whole(choice["finish_reason"])
+            finished = True
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             continue
-        piece = _text(delta.get("content"))
+        piece = _said(delta)
         if piece:
             text.append(piece)
             on_delta(piece)
@@ -136,6 +139,25 @@ def _from_chunks(chunks: Iterable[object], on_delta: DeltaSink) -> AssistantTurn
         raise ModelError("the stream ended before the model finished its turn (no finish_reason)")
     proposed = [ProposedCall(**calls[index]) for index in sorted(calls)]
     return AssistantTurn(content="".join(text), tool_calls=proposed)
+
+
+# Reasons an endpoint gives for stopping before the model finished what it was saying.
+_CUT_OFF = {
+    "length": "the answer was cut off at the model's output token limit (finish_reason 'length')",
+    "content_filter": "the endpoint's content filter stopped the answer (finish_reason 'content_filter')",
+}
+
+
+def _require_whole(finish_reason: object) -> None:
+    """Refuse a turn the endpoint stopped early: a cut answer or half a call's arguments must not pass as whole."""
+    if isinstance(finish_reason, str) and finish_reason in _CUT_OFF:
+        raise ModelError(_CUT_OFF[finish_reason])
+
+
+def _said(message: dict[str, Any]) -> str:
+    """Return what a message (or a streamed delta) says: its text, or the refusal a model gives instead."""
+    # A refusal comes with no content: dropped, the run would end with an empty answer.
+    return _text(message.get("content")) or _text(message.get("refusal"))
 
 
 def _first_choice(body: object) -> dict[str, Any] | None:
@@ -162,7 +184,15 @@ def _text(value: object) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "".join(part["text"] for part in _dicts(value) if isinstance(part.get("text"), str))
+        # A part is text, or (type "refusal") a refusal, which is what the model said instead.
+        return "".join(_part_text(part) for part in _dicts(value))
+    return ""
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    for key in ("text", "refusal"):
+        if isinstance(part.get(key), str):
+            return str(part[key])
     return ""
 
 

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from agents import events, ids, services, sql
+from agents import events, ids, services, sql, text
 from agents.llm import AssistantTurn, DeltaSink, ModelError, ProposedCall, get_model
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.policy import ConfigError, agent_for, get_policy
@@ -230,9 +230,7 @@ class _Driver:
         planned: list[PlannedCall] = []
         wire: list[dict[str, Any]] = []
         for index, proposed in enumerate(turn.tool_calls, start=1):
-            call_id = (
-                proposed.id if ids.is_safe_call_id(proposed.id) and proposed.id not in taken else f"call_{seq}_{index}"
-            )
+            call_id = _call_id(proposed.id, seq, index, taken)
             taken.add(call_id)
             wire.append(
                 {
@@ -263,22 +261,25 @@ class _Driver:
             output = outputs.error(code, message)
             return PlannedCall(
                 call_id=call_id,
-                name=name,
+                name=name[:_NAME_CHARS],  # a model may name a tool with any text, of any length
                 arguments=_as_object(arguments),
                 status=ToolCall.Status.FAILED,
                 output=output,
             )
 
         try:
-            arguments = json.loads(proposed.arguments or "{}")
+            # Repaired before anything reads them: the check, the policy, the reviewer and the
+            # tool all see the arguments as they are stored. Nesting is refused before parsing,
+            # since json's recursion would overflow on a few thousand brackets.
+            arguments = text.loads_lenient(proposed.arguments or "{}")
         except ValueError as exc:
-            message = f"the arguments are not valid JSON ({exc}); send a JSON object"
+            message = f"the arguments cannot be read as JSON ({exc}); send a JSON object"
             return refused(proposed.name, None, "INVALID_ARGUMENTS", message)
         tool = self.tools.get(proposed.name)
         if tool is None:
             available = ", ".join(self.tools) or "none"
             message = f"there is no tool named {proposed.name!r}; available: {available}"
-            return refused(proposed.name[:100], arguments, "UNKNOWN_TOOL", message)
+            return refused(proposed.name, arguments, "UNKNOWN_TOOL", message)
         try:
             # Checks before asking: a call that cannot succeed never reaches a person.
             tool.check_arguments(tool.validate(arguments))
@@ -395,8 +396,9 @@ class _Driver:
             status, output = execution.invoke(tool, execution.context(call, approval), arguments)
         except FeedbackRequired as exc:
             if approval is None:
+                request = execution.jsonable(exc.payload)
                 services.toolcall_ask(
-                    owner=self.owner, tool_call=call, claimed_at=claimed_at, request=exc.payload, expires_at=None
+                    owner=self.owner, tool_call=call, claimed_at=claimed_at, request=request, expires_at=None
                 )
                 return True
             status = ToolCall.Status.FAILED
@@ -496,6 +498,24 @@ class _Deltas:
             text, self.pieces = "".join(self.pieces), []
             events.publish(run_id=self.run_id, type=RunEvent.Type.DELTA, data={"text": text}, persist=False)
             self.sent_at = time.monotonic()
+
+
+_NAME_CHARS = ToolCall._meta.get_field("name").max_length or 100
+
+
+def _call_id(proposed: str, seq: int, index: int, taken: set[str]) -> str:
+    """Return the model's id for a call if it is safe and new in the run, else one made from the turn.
+
+    A made id may itself have been proposed, earlier in the turn or by an earlier turn: two
+    calls with one id would make the whole turn fail to store.
+    """
+    if ids.is_safe_call_id(proposed) and proposed not in taken:
+        return proposed
+    call_id, attempt = f"call_{seq}_{index}", 1
+    while call_id in taken:
+        attempt += 1
+        call_id = f"call_{seq}_{index}_{attempt}"
+    return call_id
 
 
 def _has_approval(call: ToolCall) -> bool:

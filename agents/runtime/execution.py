@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import reprlib
 from typing import Any
 
 from django.db import connection
@@ -65,7 +67,20 @@ def invoke(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[str
     except Exception as exc:
         logger.exception("tool %s failed in %s", tool.name, ctx.run_id)
         return ToolCall.Status.FAILED, outputs.error("TOOL_FAILED", f"{type(exc).__name__}: {exc}")
-    return ToolCall.Status.SUCCEEDED, outputs.ok(result, edited_arguments=arguments if ctx.edited else None)
+    return ToolCall.Status.SUCCEEDED, outputs.ok(jsonable(result), edited_arguments=arguments if ctx.edited else None)
+
+
+def jsonable(result: Any) -> Any:
+    """Return what a tool handed back as JSON data; what JSON cannot hold (a date, bytes, a set) as its text.
+
+    A result comes after the effect, a question before it: one that could not be stored
+    would fail the run and leave its claimed call in doubt, though it ran (or never started).
+    """
+    try:
+        return json.loads(json.dumps(result, default=str))
+    except (TypeError, ValueError, RecursionError):
+        # Circular, keyed by tuples, or nested past the recursion limit: a bounded text of it.
+        return reprlib.repr(result)
 
 
 def execute_deferred(tool_call_pk: int) -> str:
@@ -89,7 +104,12 @@ def execute_deferred(tool_call_pk: int) -> str:
         output = outputs.error("UNKNOWN_TOOL", f"tool {call.name!r} is not registered in this worker")
         services.toolcall_record_result(tool_call=call, status=ToolCall.Status.FAILED, output=output)
         return "unknown tool"
-    arguments = arguments_to_run(tool, call, approval)
+    try:
+        arguments = arguments_to_run(tool, call, approval)
+    except InvalidArguments as exc:  # the tool's schema changed since the call was proposed: it never runs
+        output = outputs.error("INVALID_ARGUMENTS", exc.message)
+        services.toolcall_record_result(tool_call=call, status=ToolCall.Status.FAILED, output=output)
+        return "invalid arguments"
     if services.toolcall_claim(tool_call=call) is None:
         return "claimed elsewhere"
     status, output = _invoke_deferred(tool, context(call, approval), arguments)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agents.models import Message, ToolCall
+from agents.models import Message, SideEffect, ToolCall
 from agents.runtime.execution import execute_deferred
 from tests.support.fake_openai import Reply, tool_messages
 from tests.support.flows import decide, pending, resume, start
@@ -57,3 +57,22 @@ def test_it_tells_an_active_run_the_outcome_of_its_deferred_call_once(db, agent_
     assert run.output == "done; 1 deferred update(s)"
     assert ToolCall.objects.get(pk=mail.tool_call_id).reported_at is not None
     assert Message.objects.filter(run=run, role="system").count() == 1
+
+
+def test_it_fails_a_deferred_call_its_tool_no_longer_takes_once_instead_of_retrying_forever(
+    db, agent_config, fake_openai
+):
+    agent_config(CONFIG.format(base_url=fake_openai.base_url))
+    fake_openai.script(respond)
+    run = start("send the email and refund", agent="ops")
+    mail = next(a for a in pending(run) if a.tool == "send_email")
+    # As after a deploy whose send_email needs more than the proposal holds.
+    ToolCall.objects.filter(pk=mail.tool_call_id).update(arguments={"to": "bob@example.com"})
+    decide(mail, "approved")
+
+    assert execute_deferred(mail.tool_call_id) == "invalid arguments"
+    call = ToolCall.objects.get(pk=mail.tool_call_id)
+    assert call.status == ToolCall.Status.FAILED and call.executed_at is None
+    assert call.result["error_code"] == "INVALID_ARGUMENTS"
+    assert execute_deferred(mail.tool_call_id) == "already recorded"  # a redelivered task finds the outcome
+    assert not SideEffect.objects.filter(idempotency_key=mail.pk).exists()
