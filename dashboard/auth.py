@@ -115,7 +115,12 @@ def _is_trusted_proxy(text: str) -> bool:
 
 def login_username(request: HttpRequest, credentials: dict[str, Any] | None) -> str:
     """Return the user name a sign-in attempt counts against (`Admin ` and `admin` are one)."""
-    return str((credentials or {}).get("username") or request.POST.get("username", "")).strip().casefold()
+    from axes.models import AccessAttempt
+
+    name = str((credentials or {}).get("username") or request.POST.get("username", "")).strip().casefold()
+    # Cut to what the throttle's rows hold: the sign-in form passes a name of any length on
+    # (no account has a longer one), and PostgreSQL refuses to store it whole (a 500).
+    return name[: AccessAttempt._meta.get_field("username").max_length]
 
 
 def attempt_from(request: HttpRequest, *, source: str, on_behalf_of: str = "") -> Attempt:
@@ -125,6 +130,7 @@ def attempt_from(request: HttpRequest, *, source: str, on_behalf_of: str = "") -
         source=source,
         origin=client_address(request),
         on_behalf_of="" if on_behalf_of == request.user.get_username() else on_behalf_of,
+        user=request.user,
     )
 
 

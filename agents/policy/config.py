@@ -305,17 +305,29 @@ def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
 
 
 def _deadline_of(policy: ToolPolicy, file: ToolPolicy) -> dict[str, Any]:
-    """Return the deadline keys of the policy that sets the deadline; an agent's may not approve."""
-    on_timeout = policy.on_timeout
+    """Return the deadline keys of the policy that sets the deadline; an agent's may not approve.
+
+    Nor may an agent's deadline escalate where the file names who decides (the tool's approvers
+    or an ask rule's): escalation adds its `escalate_to` as approvers, which would let people
+    decide that the file did not name. There it rejects instead.
+    """
+    on_timeout, escalate_to = policy.on_timeout, policy.escalate_to
     if policy is not file and on_timeout == "approve":
         on_timeout = "reject"
+    if policy is not file and on_timeout == "escalate" and _names_deciders(file):
+        on_timeout, escalate_to = "reject", None
     return {
         "timeout": policy.timeout,
         "timeout_seconds": policy.timeout_seconds,
         "on_timeout": on_timeout,
-        "escalate_to": policy.escalate_to,
+        "escalate_to": escalate_to,
         "remind_every": policy.remind_every,
     }
+
+
+def _names_deciders(policy: ToolPolicy) -> bool:
+    """Return whether a tool's policy narrows who decides (its approvers, or an ask rule's)."""
+    return bool(policy.approvers) or any(rule.approvers for rule in policy.rules)
 
 
 @dataclass(frozen=True)
@@ -381,10 +393,54 @@ def load(path: Path) -> Policy:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start} cannot be decoded)") from None
     try:
-        raw = yaml.safe_load(content)
+        raw = _safe_load_unique(content)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     return parse(raw, path, version=policy_version(data))
+
+
+def _safe_load_unique(content: str) -> Any:
+    """Parse YAML like yaml.safe_load, but refuse a key written twice in one mapping.
+
+    PyYAML keeps the last of two equal keys without a word, so a second `refund_request:`
+    further down the file would silently replace (and could ungate) the entry a reader sees.
+    """
+    loader = yaml.SafeLoader(content)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _refuse_duplicate_keys(root: yaml.Node) -> None:
+    """Raise a YAML error naming a key written twice in one mapping (merge keys `<<` may be overridden)."""
+    todo, seen_nodes = [root], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen_nodes:  # an alias is the anchored node itself: check it once
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            todo.extend(node.value)
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        keys: set[tuple[str, str]] = set()
+        for key, value in node.value:
+            todo.extend((key, value))
+            if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+                continue
+            if (key.tag, key.value) in keys:
+                raise yaml.constructor.ConstructorError(
+                    problem=f"the key {key.value!r} is given twice in one mapping", problem_mark=key.start_mark
+                )
+            keys.add((key.tag, key.value))
 
 
 def policy_version(data: bytes) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from django.db import connection, transaction
@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from agents import events, notify, queue, sql, text
 from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, ToolCall, Vote, arguments_digest
-from agents.policy.config import ConfigError, get_policy
-from agents.policy.rules import CallFacts, Verdict, evaluate
+from agents.policy.config import ConfigError, ToolPolicy, get_policy
+from agents.policy.rules import CallFacts, GrantMatch, Verdict, evaluate
 from agents.services import eligibility, grants
 from agents.services.audit import CHAIN_LOCK, audit_append
 from agents.services.errors import (
@@ -52,10 +52,17 @@ class Attempt:
     source: str  # AuditEntry.Source
     origin: str = ""
     on_behalf_of: str = ""
+    # The authenticated user who acts, when the entry point holds them: judged as loaded, not read again.
+    user: Any = field(default=None, compare=False, repr=False)
 
     @property
     def decider(self) -> str:
         return self.on_behalf_of or self.actor
+
+    @property
+    def decider_user(self) -> Any:
+        """Return the deciding user when the entry point authenticated them (not a relayed name), or None."""
+        return None if self.on_behalf_of else self.user
 
 
 @dataclass(frozen=True)
@@ -144,7 +151,7 @@ def approval_decide(
         break
     if result is not None:
         return result
-    return _refuse_or_repeat(approval_id, decision, attempt, _Words(note, feedback, payload), arguments)
+    return _refuse_or_repeat(approval_id, decision, attempt, _Words(note, feedback, payload, remember), arguments)
 
 
 class _Overdue(Exception):
@@ -181,7 +188,7 @@ def _same_digest(expected: str, current: str) -> bool:
 
 
 def _check_permitted(approval: Approval, decision: str, attempt: Attempt, remember: grants.Remember | None) -> None:
-    reason = eligibility.refusal_for_name(attempt.decider, approval)
+    reason = eligibility.refusal_for_name(attempt.decider, approval, user=attempt.decider_user)
     if reason is not None:
         raise _Refused(AuditEntry.Outcome.NOT_PERMITTED, {"error": reason}, NotPermitted(reason, field="decided_by"))
     if remember is None:
@@ -246,10 +253,20 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
         # vote now (one row per voter, digest and decision; the audit keeps every attempt).
         fields = {"note": vote.note, "source": vote.source, "origin": vote.origin, "created_at": vote.created_at}
         Vote.objects.filter(pk=same.pk).update(policy_version=vote.policy_version, **fields)
-    if ask.decision == Approval.Status.APPROVED and len(approval.counted_voters) < approval.quorum:
-        _announce_vote(approval, ask, edited)
+    voters = _voters_still_eligible(approval)
+    if ask.decision == Approval.Status.APPROVED and len(voters) < approval.quorum:
+        _announce_vote(approval, ask, edited, voters)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.VOTED)
     return _conclude(approval, ask)
+
+
+def _voters_still_eligible(approval: Approval) -> list[str]:
+    """Return the approval's counted voters who may still decide it.
+
+    A vote counts towards the quorum only while its voter may decide: someone deactivated,
+    or taken out of the approvers' group, since they voted no longer has a say.
+    """
+    return [voter for voter in approval.counted_voters if eligibility.refusal_for_name(voter, approval) is None]
 
 
 def _conclude(approval: Approval, ask: _Ask, *, vote: Vote | None = None) -> Decision:
@@ -292,9 +309,9 @@ def _conclude(approval: Approval, ask: _Ask, *, vote: Vote | None = None) -> Dec
     return Decision(approval=approval, outcome=AuditEntry.Outcome.DECIDED, resume_enqueued=resume, votes=votes)
 
 
-def _announce_vote(approval: Approval, ask: _Ask, edited: bool) -> None:
+def _announce_vote(approval: Approval, ask: _Ask, edited: bool, voters: list[str]) -> None:
     """Audit a vote that leaves the quorum unreached, and tell viewers (cards show the tally)."""
-    detail = {**_detail(approval), "note": ask.note, "tally": approval.tally}
+    detail = {**_detail(approval), "votes": voters, "note": ask.note, "tally": approval.tally_of(voters)}
     if not edited:
         detail.pop("arguments_diff", None)  # an earlier voter's edit, already audited with their vote
     _audit(approval, ask.attempt, action=ask.decision, outcome=AuditEntry.Outcome.VOTED, detail=detail)
@@ -302,7 +319,7 @@ def _announce_vote(approval: Approval, ask: _Ask, edited: bool) -> None:
         "approval_id": approval.id,
         "tool": approval.tool,
         "voter": ask.attempt.decider,
-        "tally": approval.tally,
+        "tally": approval.tally_of(voters),
         "arguments_digest": approval.digest,
         "edited": edited,
     }
@@ -394,7 +411,11 @@ def _check_edit_permitted(approval: Approval, arguments: dict[str, Any]) -> None
 
 
 def _edit_verdict(approval: Approval, arguments: dict[str, Any]) -> Verdict:
-    """Return what the policy says now of the approval's call with these arguments (grants aside)."""
+    """Return what the policy says now of the approval's call with these arguments.
+
+    Of the grants, only remembered rejections count: like deny rules they come before any
+    person is asked, so an edit must not carry a call onto arguments one of them refuses.
+    """
     run = approval.run
     try:
         agent = grants.agent_of(run)
@@ -408,7 +429,13 @@ def _edit_verdict(approval: Approval, arguments: dict[str, Any]) -> Verdict:
         now=timezone.now(),
         account=run.account,
     )
-    return evaluate(get_policy(), facts, agent=agent)
+    return evaluate(get_policy(), facts, agent=agent, grant_lookup=_remembered_rejection)
+
+
+def _remembered_rejection(facts: CallFacts, tool: ToolPolicy) -> GrantMatch | None:
+    """Return the live remembered rejection of these arguments, if any (grant_match looks at rejections first)."""
+    match = grants.grant_match(facts, tool)
+    return match if match is not None and match.action == "deny" else None
 
 
 def _asks_at_least(approval: Approval, verdict: Verdict) -> bool:
@@ -459,11 +486,11 @@ def _validated(
 
 def _check_texts(decision: str, **values: Any) -> None:
     """Refuse a reviewer's text that cannot be stored, and feedback that would be dropped."""
-    for field, value in values.items():
+    for name, value in values.items():
         try:
-            text.require_clean(value, field=field)
+            text.require_clean(value, field=name)
         except text.UnsafeText as exc:
-            raise InvalidInput(exc.message, field=field) from None
+            raise InvalidInput(exc.message, field=name) from None
     if len(values["note"]) > MAX_TEXT_CHARS or len(values["feedback"]) > MAX_TEXT_CHARS:
         raise InvalidInput(f"note and feedback are limited to {MAX_TEXT_CHARS} characters", field="note")
     if values["payload"] is not None and not isinstance(values["payload"], dict):
@@ -510,6 +537,7 @@ class _Words:
     note: str
     feedback: str
     payload: dict[str, Any] | None
+    remember: grants.Remember | None = None  # a grant is made only with the decision that decides
 
     def new_to(self, approval: Approval) -> list[str]:
         """Return which of these words the decided approval does not already hold."""
@@ -518,6 +546,8 @@ class _Words:
         ]
         if self.payload is not None and self.payload != approval.payload:
             new.append("answer" if approval.request is not None else "payload")
+        if self.remember is not None:
+            new.append("request to remember")
         return new
 
     def detail(self) -> dict[str, Any]:
@@ -526,6 +556,8 @@ class _Words:
             detail["feedback"] = self.feedback
         if self.payload is not None:
             detail["payload"] = self.payload
+        if self.remember is not None:
+            detail["remember"] = {"scope": self.remember.scope, "for_seconds": self.remember.seconds}
         return detail
 
 

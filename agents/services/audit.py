@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connection, transaction
@@ -138,31 +139,33 @@ def entry_fields(entry: Any) -> dict[str, Any]:
     return {name: getattr(entry, name) for name in HASHED_FIELDS}
 
 
-def entry_hash(prev_hash: str, fields: Mapping[str, Any]) -> str:
+def entry_hash(prev_hash: str, fields: Mapping[str, Any], *, legacy: bool = False) -> str:
     """Return sha256 hex of the previous hash followed by the canonical JSON of the fields."""
-    return hashlib.sha256((prev_hash + canonical_json(fields)).encode("utf-8")).hexdigest()
+    return hashlib.sha256((prev_hash + canonical_json(fields, legacy=legacy)).encode("utf-8")).hexdigest()
 
 
-def canonical_json(fields: Mapping[str, Any]) -> str:
+def canonical_json(fields: Mapping[str, Any], *, legacy: bool = False) -> str:
     """Serialize fields the same way whatever database stored them.
 
     Keys are sorted (jsonb reorders them), times are UTC at microsecond precision (what
-    both databases keep), and integral floats are written as integers (jsonb reads 1e16
-    back as 10000000000000000, and 1.0 as 1.0 or 1 depending on the driver).
+    both databases keep), and integral floats are written as the integer their shortest
+    spelling names (jsonb keeps the number json.dumps wrote: it reads 1e23 back as 1 and 23
+    zeros, and 1.0 as 1.0 or 1 depending on the driver). `legacy`: as entries were hashed
+    before, with an integral float's exact binary value (99999999999999991611392 for 1e23).
     """
-    normal = {name: _normal(value) for name, value in fields.items()}
+    normal = {name: _normal(value, legacy) for name, value in fields.items()}
     return json.dumps(normal, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _normal(value: Any) -> Any:
+def _normal(value: Any, legacy: bool) -> Any:
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat(timespec="microseconds")
     if isinstance(value, float) and value.is_integer():
-        return int(value)
+        return int(value) if legacy else int(Decimal(repr(value)))
     if isinstance(value, dict):
-        return {str(key): _normal(item) for key, item in value.items()}
+        return {str(key): _normal(item, legacy) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_normal(item) for item in value]
+        return [_normal(item, legacy) for item in value]
     return value
 
 
@@ -194,12 +197,22 @@ def audit_verify(*, chunk_size: int = 2000) -> ChainReport:
 def _walk(entries: Iterable[AuditEntry]) -> ChainReport:
     expected, count = GENESIS, 0
     for entry in entries:
-        if entry_hash(entry.prev_hash, entry_fields(entry)) != entry.hash:
+        if not _hash_matches(entry):
             return _broken(count, expected, entry, "altered", "its content does not match its hash")
         if entry.prev_hash != expected:
             return _gap(count, expected, entry)
         expected, count = entry.hash, count + 1
     return ChainReport(entries=count, head=expected)
+
+
+def _hash_matches(entry: AuditEntry) -> bool:
+    """Return whether an entry's content gives its hash (as hashed now, or as before big floats were spelled out)."""
+    fields = entry_fields(entry)
+    if entry_hash(entry.prev_hash, fields) == entry.hash:
+        return True
+    # Only entries holding an integral float of 2**53 or more hash differently in the two forms;
+    # SQLite gives such floats back as floats, so their entries written before still verify.
+    return entry_hash(entry.prev_hash, fields, legacy=True) == entry.hash
 
 
 def _gap(count: int, expected: str, entry: AuditEntry) -> ChainReport:

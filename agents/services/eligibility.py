@@ -44,19 +44,23 @@ def restriction(user: Any, approval: Approval, groups: set[str] | None = None) -
     return None
 
 
-def refusal_for_name(username: str, approval: Approval) -> str | None:
+def refusal_for_name(username: str, approval: Approval, *, user: Any = None) -> str | None:
     """Return why the person named (the CLI's --by, a relayed decided_by) may not decide, or None.
 
-    An approval that names neither approvers nor four eyes keeps the name as given (the
+    A name that is a user's is that user, as they are now: a deactivated account, or one
+    without the reviewer role (an agent's), may not decide however the name arrives. An
+    approval that names neither approvers nor four eyes keeps any other name as given (the
     entry point authenticated whoever records it); otherwise the name must be an active
-    user that the rule above allows.
+    user that the rule above allows. `user` is the one the entry point authenticated under
+    that name, if any: judged as it was loaded for this request, not read again.
     """
+    if user is None or user.get_username() != username:
+        user = User.objects.filter(username=username).first()
+    if user is not None:
+        return refusal(user, approval)
     if not approval.approvers and not approval.four_eyes:
         return None
-    user = User.objects.filter(username=username, is_active=True).first()
-    if user is None:
-        return f"{username!r} is no active user, and this call names who may decide it"
-    return refusal(user, approval)
+    return f"{username!r} is no active user, and this call names who may decide it"
 
 
 def decidable(user: Any, approvals: QuerySet[Approval], groups: set[str] | None = None) -> QuerySet[Approval]:
