@@ -423,6 +423,7 @@ def _pages(long_run: str) -> dict[str, tuple[str, str]]:
         "audit page": ("/audit", "audit"),
         f"audit filtered (person={PEOPLE[7]})": (f"/audit?person={PEOPLE[7]}", "audit"),
         "audit filtered (tool, outcome)": ("/audit?tool=issue_refund&outcome=not_permitted", "audit"),
+        "insights (30 days of decisions)": ("/insights?days=30", "page"),
     }
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
 from django.http import HttpRequest
 
 from agents import text
@@ -33,6 +35,8 @@ admin.site.site_url = "/"
 class ReadOnlyAdmin(admin.ModelAdmin):
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
         """Return the row with its text repaired for display: every stored row must render."""
+        if text.problem(object_id) is not None:  # no row has such an id (and PostgreSQL refuses NUL)
+            return None
         obj = super().get_object(request, object_id, from_field)
         if obj is not None:
             for field in obj._meta.concrete_fields:
@@ -40,6 +44,19 @@ class ReadOnlyAdmin(admin.ModelAdmin):
                 if isinstance(value, str | dict | list):
                     setattr(obj, field.attname, text.repair(value, max_depth=text.MAX_STORED_DEPTH))
         return obj
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        """Refuse, as the admin refuses an unknown field (?e=1), filters the database would fail on.
+
+        A value holding NUL fails on PostgreSQL when the list is read, and a lookup like
+        `created_at__year=99999` when its SQL is written: both after the admin's own checks.
+        """
+        if any(text.problem(value) is not None for _, values in request.GET.lists() for value in values):
+            raise IncorrectLookupParameters("a filter holds NUL or a lone surrogate")
+        try:
+            return super().get_changelist_instance(request)  # which counts the list: the SQL is written here
+        except (ValueError, OverflowError) as exc:
+            raise IncorrectLookupParameters(exc) from None
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

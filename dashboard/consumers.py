@@ -369,6 +369,8 @@ class RunConsumer(_GroupConsumer):
 
     def group_to_join(self) -> str | None:
         self.run_id = self.scope["url_route"]["kwargs"]["run_id"]
+        if text.problem(self.run_id) is not None:  # no run has such an id (and PostgreSQL refuses NUL)
+            return None
         try:
             selectors.run_get(self.run_id)
         except services.NotFound:

@@ -232,6 +232,9 @@ class RunFilter(forms.Form):
         except agents_text.UnsafeText as exc:
             raise forms.ValidationError(str(exc)) from None
 
+    def clean(self) -> dict[str, Any]:
+        return _refuse_inverted_range(self, super().clean() or {})
+
     def runs(self) -> QuerySet[Run]:
         """Return the runs these filters select; filters that do not parse are ignored, one by one."""
         self.is_valid()
@@ -255,6 +258,9 @@ class AuditFilter(forms.Form):
     since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
 
+    def clean(self) -> dict[str, Any]:
+        return _refuse_inverted_range(self, super().clean() or {})
+
     def entries(self) -> QuerySet[AuditEntry]:
         """Return the audit entries these filters select (none when they are invalid)."""
         if not self.is_valid():
@@ -269,6 +275,14 @@ class AuditFilter(forms.Form):
             # The last day there is has no end to filter by.
             until=_day_start(until + timedelta(days=1)) if until and until < date.max else None,
         )
+
+
+def _refuse_inverted_range(form: forms.Form, data: dict[str, Any]) -> dict[str, Any]:
+    """Name a To before From (swapped in a hurry), which would otherwise list nothing, as if nothing happened."""
+    since, until = data.get("since"), data.get("until")
+    if since and until and until < since:
+        form.add_error("until", "To is before From: swap them.")
+    return data
 
 
 def _day_start(day: date) -> datetime:

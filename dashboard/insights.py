@@ -74,14 +74,12 @@ def percentile(values: Sequence[float], share: float) -> float:
     return ordered[max(math.ceil(share * len(ordered)) - 1, 0)]
 
 
-def from_approval(approval: Approval) -> Decided:
+def from_row(row: selectors.DecisionRow) -> Decided:
     """Return the figures' view of a decided approval; a name with ':' (policy:, grant:) is no person."""
-    person = approval.decided_by if approval.decided_by and ":" not in approval.decided_by else ""
-    outcome = approval.status
-    if outcome == Approval.Status.APPROVED and approval.arguments is not None:
-        outcome = "edited"
-    assert approval.decided_at is not None
-    return Decided(approval.tool, approval.run.agent, person, outcome, approval.created_at, approval.decided_at)
+    tool, agent, decided_by, status, edited, created_at, decided_at = row
+    person = decided_by if decided_by and ":" not in decided_by else ""
+    outcome = "edited" if status == Approval.Status.APPROVED and edited else status
+    return Decided(tool, agent, person, outcome, created_at, decided_at)
 
 
 def summarize(rows: Iterable[Decided]) -> Summary:
@@ -309,7 +307,7 @@ def insights_page(request: HttpRequest) -> HttpResponse:
     days = _window(request)
     now = timezone.now()
     since = now - timedelta(days=days)
-    summary = summarize(from_approval(approval) for approval in selectors.decided_approvals(since=since))
+    summary = summarize(map(from_row, selectors.decision_rows(since=since)))
     spans = selectors.approvals_opened_and_closed(since=since).values_list("created_at", "decided_at")
     depth = queue_depth(spans, start=since, end=now)
     context = {
@@ -322,8 +320,11 @@ def insights_page(request: HttpRequest) -> HttpResponse:
         ],
         "depth_chart": depth_chart(depth),
         "depth_now": selectors.pending_approval_count(),
+        # Pairs, not dicts: a template reads `mapping.items` as the key "items" first, and a
+        # reviewer, agent or tool may be named "items", "keys" or "values".
+        "rubber_stamped": list(summary.rubber_stamped.items()),
         "rates": [
-            (title, rates_chart(title, rates), rates)
+            (title, rates_chart(title, rates), list(rates.items()))
             for title, rates in (
                 ("By tool", summary.by_tool),
                 ("By agent", summary.by_agent),

@@ -147,7 +147,8 @@ def page(request: HttpRequest) -> HttpResponse:
         "modes": MODES,
         "config_error": config_error,
         "history": recent_runs(request),
-        "run_id": run_id if run_id and selectors.run_exists(run_id) else "",
+        # No run's id holds NUL or a lone surrogate (and PostgreSQL refuses to compare with one).
+        "run_id": run_id if run_id and text.problem(run_id) is None and selectors.run_exists(run_id) else "",
         "prompts": DEMO_PROMPTS,
     }
     return render(request, "dashboard/playground.html", context)

@@ -613,6 +613,10 @@ def audit(request: HttpRequest) -> HttpResponse:
         # Every key the row shows, present: a key missing from `detail` is looked up through three exceptions.
         detail = entry.detail if isinstance(entry.detail, dict) else {}
         entry.shown = {key: detail.get(key, "") for key in AUDIT_DETAIL_SHOWN}
+        # The edit as (argument, [old, new]) pairs: a template reads `diff.items` as an argument
+        # named "items" before the method, and tools may well have one.
+        diff = entry.shown["arguments_diff"]
+        entry.shown["arguments_diff"] = list(diff.items()) if isinstance(diff, dict) else []
         # What the row links to: its approval, else its run (an attempt on no known run links nowhere).
         if entry.run_id:
             entry.link = approval_url(entry.approval_id) if entry.approval_id else run_url(entry.run_id)
