@@ -11,6 +11,7 @@ import argparse
 import hashlib
 import os
 import shlex
+import stat
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,27 @@ def socket_path(var_dir: Path) -> Path:
     if len(str(path)) <= _MAX_SOCKET_PATH:
         return path
     digest = hashlib.sha1(str(var_dir).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"agentfast-{digest}.sock"
+    return _private_temp_dir() / f"agentfast-{digest}.sock"
+
+
+def _private_temp_dir() -> Path:
+    """Return a folder of the temporary folder that only this user may enter, made if missing.
+
+    Anyone may create files in /tmp: a socket there under a name we can predict could be
+    another user's server, answering PING, and taken for our Redis (tasks, live pages).
+    """
+    folder = Path(tempfile.gettempdir()) / f"agentfast-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"{folder} is not this user's folder: remove it, or set AGENTFAST_VAR_DIR to a shorter path"
+        )
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        folder.chmod(0o700)
+    return folder
 
 
 def _client(sock: Path, timeout: float = 0.5) -> redis.Redis:
@@ -304,6 +325,17 @@ def _worker_pool(extra_args: list[str]) -> list[str]:
     if not chosen & {"-P", "--pool"}:
         options.append("--pool=threads")
     if not chosen & {"-c", "--concurrency"}:
-        concurrency = os.environ.get("AGENTFAST_WORKER_CONCURRENCY", str(WORKER_CONCURRENCY))
-        options.append(f"--concurrency={concurrency}")
+        options.append(f"--concurrency={_worker_concurrency()}")
     return options
+
+
+def _worker_concurrency() -> str:
+    """Return AGENTFAST_WORKER_CONCURRENCY (empty: the default), refusing what celery would, naming the variable."""
+    raw = os.environ.get("AGENTFAST_WORKER_CONCURRENCY", "").strip()
+    if not raw:
+        return str(WORKER_CONCURRENCY)
+    if raw != "auto" and not (raw.isascii() and raw.isdigit()):
+        from agents.cli.output import CliError
+
+        raise CliError(f"AGENTFAST_WORKER_CONCURRENCY: {raw!r} is not a number of threads (a whole number, or auto)")
+    return raw

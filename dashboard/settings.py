@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 import secrets
 import warnings
 from collections.abc import Callable
@@ -74,6 +75,37 @@ def _log_level(name: str, default: str) -> str:
     return raw.upper()
 
 
+_ON = ("1", "true", "yes", "on", "y", "ok")
+_OFF = ("0", "false", "no", "off", "n")
+
+
+def _bool(name: str, default: bool) -> bool:
+    """Read a switch; unset or empty is the default, anything but on or off stops the process, naming it.
+
+    django-environ reads any unknown word as off: `DJANGO_SESSION_COOKIE_SECURE=ture` would
+    send session cookies in the clear and say nothing.
+    """
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return default
+    if raw.lower() not in _ON + _OFF:
+        raise ImproperlyConfigured(f"{name}: {raw!r} is not on or off (1, true, yes, on / 0, false, no, off)")
+    return raw.lower() in _ON
+
+
+def _secret(name: str) -> str:
+    """Read a secret; one of blanks only (an env file's `NAME= `) counts as unset, never as the secret."""
+    return env.str(name, default="").strip()
+
+
+def _http_url(name: str, default: str) -> str:
+    """Read the site's own http(s) URL (links in mails and chat start with it), without a trailing slash."""
+    raw = env.str(name, default="").strip() or default
+    if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", raw):
+        raise ImproperlyConfigured(f"{name}: {raw!r} is not an http(s) URL (like https://agentfast.example.com)")
+    return raw.rstrip("/")
+
+
 def _private_dir(path: Path) -> Path:
     """Create the folder readable by this user only (it holds the database and the secret key).
 
@@ -104,7 +136,7 @@ def _private_file(path: Path) -> None:
 
 def _secret_key(path: Path) -> str:
     """Return DJANGO_SECRET_KEY, else the key in var/secret_key, generated once (0600)."""
-    explicit = env.str("DJANGO_SECRET_KEY", default="")
+    explicit = _secret("DJANGO_SECRET_KEY")
     if explicit:
         return explicit
     if not path.exists():
@@ -252,7 +284,7 @@ def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
 _private_dir(VAR_DIR)
 
 # Off unless a developer opts in: a debug page shows settings to anyone who can make an error.
-DEBUG = env.bool("DJANGO_DEBUG", default=False)
+DEBUG = _bool("DJANGO_DEBUG", False)
 SECRET_KEY = _secret_key(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = _list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 # Addresses of the reverse proxies whose X-Forwarded-For is believed (IPs or CIDRs).
@@ -358,13 +390,13 @@ AXES_LOCKOUT_CALLABLE = "dashboard.auth.locked_out"
 AXES_VERBOSE = False
 
 # HTTPS: behind a TLS-terminating proxy set these (see the README's Production section).
-SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=False)
-CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=False)
-SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
+SESSION_COOKIE_SECURE = _bool("DJANGO_SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = _bool("DJANGO_CSRF_COOKIE_SECURE", False)
+SECURE_SSL_REDIRECT = _bool("DJANGO_SECURE_SSL_REDIRECT", False)
 SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default=""))
 SECURE_HSTS_SECONDS = _int("DJANGO_SECURE_HSTS_SECONDS", 0, minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
-SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = _bool("DJANGO_SECURE_HSTS_PRELOAD", False)
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 
@@ -449,7 +481,7 @@ CELERY_BEAT_SCHEDULE = {
 
 # -- Notifications (webhooks, email, chat) ---------------------------------------------------
 # Links in mails and chat messages point here.
-AGENTFAST_BASE_URL = env.str("AGENTFAST_BASE_URL", default="http://localhost:8321")
+AGENTFAST_BASE_URL = _http_url("AGENTFAST_BASE_URL", "http://localhost:8321")
 # EMAIL_URL (smtp://user:pass@host:587, consolemail://, …) chooses the mail backend; without
 # it, and without the usual EMAIL_BACKEND, mail is written to files under var/mail/.
 if env.str("EMAIL_URL", default=""):
@@ -461,9 +493,13 @@ elif env.str("EMAIL_BACKEND", default=""):
 else:
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     EMAIL_FILE_PATH = str(VAR_DIR / "mail")
+# Seconds a mail server may take to answer. Django's default is to wait for ever, and a worker
+# sends on threads, where Celery's time limits do not apply: a silent server would keep a thread
+# per attempt, and the sweeper starts another attempt every minute, until no thread is left.
+EMAIL_TIMEOUT = _float("EMAIL_TIMEOUT", 10, zero=False)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="agentfast <agentfast@localhost>")
 # The signing secret of the Slack app whose buttons decide (Basic Information → Signing Secret).
-AGENTFAST_SLACK_SIGNING_SECRET = env.str("SLACK_SIGNING_SECRET", default="")
+AGENTFAST_SLACK_SIGNING_SECRET = _secret("SLACK_SIGNING_SECRET")
 CELERY_BEAT_SCHEDULE["agentfast-deliveries"] = {
     "task": "agents.notify.tasks.deliveries_sweep",
     "schedule": AGENTFAST_SWEEP_SECONDS,

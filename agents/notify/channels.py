@@ -7,6 +7,7 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
 import httpx
 from django.contrib.auth.models import User
 from django.core import signing
@@ -21,6 +22,10 @@ from agents.notify.models import Delivery
 from agents.policy.config import get_policy
 
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+# The whole of one HTTP attempt. TIMEOUT bounds each read, not their sum: a receiver sending a
+# byte every few seconds would hold a worker's thread for ever (Celery's time limits do not
+# apply to the threads pool), and the sweeper starts another attempt each minute.
+ATTEMPT_SECONDS = 30.0
 ONE_CLICK_SALT = "agentfast.notify.one-click"
 ONE_CLICK_MAX_AGE = 24 * 3600
 USER_AGENT = "agentfast-notify/1"
@@ -53,8 +58,21 @@ def _env(name: str) -> str:
 
 def _post_json(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> int:
     content = json.dumps(body, ensure_ascii=False)
-    all_headers = {"content-type": "application/json", "user-agent": USER_AGENT, **(headers or {})}
-    response = httpx.post(url, content=content.encode(), headers=all_headers, timeout=TIMEOUT)
+    return _post(url, content.encode(), {"content-type": "application/json", **(headers or {})})
+
+
+def _post(url: str, content: bytes, headers: dict[str, str]) -> int:
+    """POST once and return the receiver's status, or raise TimeoutError after ATTEMPT_SECONDS in all."""
+    return anyio.run(_post_within, url, content, {"user-agent": USER_AGENT, **headers}, ATTEMPT_SECONDS)
+
+
+async def _post_within(url: str, content: bytes, headers: dict[str, str], seconds: float) -> int:
+    try:
+        with anyio.fail_after(seconds):
+            async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+                response = await client.post(url, content=content, headers=headers)
+    except TimeoutError:
+        raise TimeoutError(f"the receiver's answer took longer than {seconds:g} s") from None
     return response.status_code
 
 
@@ -65,13 +83,7 @@ def _webhook(delivery: Delivery) -> int:
     secret = _webhook_secret(delivery.target)
     body = json.dumps(delivery.payload, ensure_ascii=False)
     headers = sign(secret, delivery.webhook_id, body)
-    response = httpx.post(
-        delivery.target,
-        content=body.encode(),
-        headers={"content-type": "application/json", "user-agent": USER_AGENT, **headers},
-        timeout=TIMEOUT,
-    )
-    return response.status_code
+    return _post(delivery.target, body.encode(), {"content-type": "application/json", **headers})
 
 
 def sign(secret: str, message_id: str, body: str) -> dict[str, str]:

@@ -27,6 +27,7 @@ EventType = Literal[
 ]
 EVENTS: tuple[EventType, ...] = get_args(EventType)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_URL_CHARS = 500  # Delivery.target's max_length
 
 
 class _Channel(BaseModel):
@@ -55,6 +56,9 @@ class WebhookChannel(_Channel):
     def _http(cls, value: str) -> str:
         if not re.match(r"^https?://[^\s/]+", value):
             raise ValueError(f"must be an http(s) URL, not {value!r}")
+        # Delivery.target holds this many: a longer URL, cut there, would never find its secret again.
+        if len(value) > MAX_URL_CHARS:
+            raise ValueError(f"must be at most {MAX_URL_CHARS} characters, not {len(value)}")
         return value
 
     @field_validator("secret_env")

@@ -91,5 +91,7 @@ def _decide(request: HttpRequest, link: Link, context: dict[str, Any]) -> HttpRe
         return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
     except services.InvalidInput as exc:
         return render(request, TEMPLATE, {**context, "refused": exc.message}, status=422)
+    except (services.NotPermitted, services.NotFound) as exc:  # outside the call's approvers, four eyes: audited
+        return render(request, TEMPLATE, {**context, "refused": exc.message}, status=403)
     link.approval.refresh_from_db()
     return render(request, TEMPLATE, {**context, "done": True})

@@ -46,8 +46,12 @@ def actions(request: HttpRequest) -> HttpResponse:
             reason=str(exc),
         )
         return JsonResponse({"error": str(exc)}, status=403)
-    headline = _decide(action, origin)
-    _update_message(action["response_url"], headline)
+    headline, settled = _decide(action, origin)
+    # Only a decision that stands replaces the channel's message: a refusal (an unlinked
+    # Slack user, a reviewer outside the approvers) is told to the presser alone, and the
+    # buttons stay for the people who may press them.
+    if settled:
+        _update_message(action["response_url"], headline)
     return JsonResponse({"text": headline, "response_type": "ephemeral"})
 
 
@@ -88,8 +92,8 @@ def _action(request: HttpRequest) -> dict[str, Any]:
     return action
 
 
-def _decide(action: dict[str, Any], origin: str) -> str:
-    """Decide as the linked agentfast user; return what the message should now say."""
+def _decide(action: dict[str, Any], origin: str) -> tuple[str, bool]:
+    """Decide as the linked agentfast user; return what to say, and whether the call's fate is settled."""
     user = _user_for(action["slack_id"])
     actor = user.username if user else f"slack:{action['slack_id']}"
     attempt = services.Attempt(actor=actor, source=AuditEntry.Source.SLACK, origin=origin)
@@ -104,17 +108,17 @@ def _decide(action: dict[str, Any], origin: str) -> str:
         return (
             f"Slack user {action['slack_id']} is not linked to an agentfast reviewer "
             f"(agentfast users link-slack NAME {action['slack_id']})"
-        )
+        ), False
     try:
         decision = services.approval_decide(
             approval_id=action["approval_id"], decision=action["decision"], attempt=attempt
         )
     except (services.AlreadyDecided, services.WrongState) as exc:
-        return outcome_line(exc.details["approval"])
-    except (services.NotFound, services.InvalidInput) as exc:
-        return exc.message
+        return outcome_line(exc.details["approval"]), True
+    except services.ServiceError as exc:  # not found, invalid, not among the approvers (audited by the service)
+        return f"{user.username}: {exc.message}", False
     approval: Approval = decision.approval
-    return f"{approval.tool} was {approval.status} by {approval.decided_by}"
+    return f"{approval.tool} was {approval.status} by {approval.decided_by}", True
 
 
 def _user_for(slack_id: str) -> User | None:

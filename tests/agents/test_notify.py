@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import signal
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -206,8 +207,101 @@ def test_it_refuses_notification_entries_it_does_not_understand(agent_config):
         ("{kind: email, to: [alice], bogus: 1}", "notifications[0].email.bogus"),
         ("{kind: slack, webhook_url_env: 'not a name'}", "must name an environment variable"),
         ("{kind: webhook, url: 'http://x', secret_env: S, events: [approval.maybe]}", "approval.maybe"),
+        # a delivery keeps 500 characters of its URL: a longer one would never find its secret again
+        (f"{{kind: webhook, url: 'https://x/{'q' * 500}', secret_env: S}}", "at most 500 characters"),
     ]:
         agent_config(AGENT + f"notifications:\n  - {entry}\n")
         with pytest.raises(ConfigError, match=r"notifications\[0\]") as raised:
             get_policy()
         assert problem in str(raised.value)
+    assert Delivery._meta.get_field("target").max_length == 500
+
+
+@pytest.fixture
+def silent_mail_server() -> Iterator[int]:
+    """A local TCP server standing for a mail server that takes connections and never says a word."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    yield listener.getsockname()[1]
+    listener.close()
+
+
+def _send_within(delivery_pk: int, *, seconds: int) -> str:
+    """Send a delivery once, failing the test if the attempt is still going after `seconds`."""
+
+    def still_going(*_: object) -> None:
+        raise AssertionError(f"the attempt is still going after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, still_going)
+    signal.alarm(seconds)
+    try:
+        return dispatch.send(delivery_pk)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_it_gives_up_an_attempt_on_a_mail_server_that_never_answers(
+    db, agent_config, settings, silent_mail_server, django_capture_on_commit_callbacks
+):
+
+    # A worker runs deliveries on threads, where Celery's time limits do not apply: an attempt
+    # that never ends keeps its thread, and the sweeper hands the delivery to another each minute.
+    assert settings.EMAIL_TIMEOUT == 10  # the default, unless EMAIL_TIMEOUT says otherwise
+    settings.EMAIL_TIMEOUT = 1  # the same path, sooner
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", silent_mail_server
+    services.user_create(username="erin", role="reviewer", email="erin@example.com")
+    agent_config(AGENT + "notifications:\n  - kind: email\n    to: [erin]\n")
+    approval = _paused(django_capture_on_commit_callbacks)
+    delivery = Delivery.objects.get(approval_id=approval.id, kind="email")
+
+    assert _send_within(delivery.pk, seconds=40) == "pending"
+    delivery.refresh_from_db()
+    assert delivery.attempts == 1 and "timed out" in delivery.last_error
+
+
+@pytest.fixture
+def dripping_receiver() -> Iterator[str]:
+    """A local HTTP server standing for a receiver that answers one byte of its headers a second, for ever."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    stop = threading.Event()
+
+    def drip() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.is_set():
+                connection.sendall(b"X")  # within every read timeout, and never done
+                time.sleep(1)
+
+    threading.Thread(target=drip, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+    stop.set()
+    listener.close()
+
+
+def test_it_ends_an_attempt_on_a_receiver_that_never_finishes_its_answer(
+    db, webhook_to, dripping_receiver, monkeypatch, django_capture_on_commit_callbacks
+):
+
+    from agents.notify import channels
+
+    monkeypatch.setattr(channels, "ATTEMPT_SECONDS", 3.0)  # 30 s in production
+    webhook_to(dripping_receiver)
+    approval = _paused(django_capture_on_commit_callbacks)
+    delivery = Delivery.objects.get(approval_id=approval.id)
+
+    assert _send_within(delivery.pk, seconds=40) == "pending"
+    delivery.refresh_from_db()
+    assert delivery.attempts == 1 and "took longer than 3 s" in delivery.last_error

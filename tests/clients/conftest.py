@@ -32,6 +32,7 @@ class Server:
     url: str
     agent_token: str
     reviewer_token: str
+    daphne: Daphne
 
     def approval_id(self, *, agent: str, session: str, call_id: str) -> str:
         return ids.approval_id(owner="robot", agent=agent, session=session, external_call_id=call_id)
@@ -65,7 +66,7 @@ def server(transactional_db: None, agent_config: Callable[[str], Path], alice: A
     )
     daphne.start()
     daphne.wait_ready(timeout=20)
-    yield Server(daphne.url, agent_token, reviewer_token)
+    yield Server(daphne.url, agent_token, reviewer_token, daphne)
     daphne.kill()
 
 

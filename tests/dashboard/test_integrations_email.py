@@ -125,3 +125,14 @@ def test_it_refuses_a_link_of_someone_who_is_no_longer_a_reviewer(mailed, erin, 
     assert status == 403 and "may not decide" in content
     assert Approval.objects.get(pk=approval.pk).status == "pending"
     assert AuditEntry.objects.get().outcome == "not_permitted"
+
+
+def test_it_refuses_a_link_of_a_reviewer_outside_the_calls_approvers(
+    mailed, erin, agent_config, django_capture_on_commit_callbacks
+):
+    agent_config(CONFIG.replace("hitl_mode: suspend}", "hitl_mode: suspend, approvers: [finance]}"))
+    approval = _paused_and_mailed(django_capture_on_commit_callbacks)
+    status, content = _confirm(Client(enforce_csrf_checks=True), _links(mail.outbox[0])["approved"])
+    assert status == 403 and "not among the approvers" in content
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert AuditEntry.objects.get().outcome == "not_permitted"

@@ -174,3 +174,30 @@ def test_it_links_a_slack_user_from_the_command_line(alice, capsys):
     assert cli.main(["users", "link-slack", "alice", "not an id"]) == 1
     assert "not a Slack user id" in capsys.readouterr().err
     assert cli.main(["users", "link-slack", "nobody", "U1"]) == 1
+
+
+def test_it_tells_a_linked_reviewer_who_may_not_decide_this_call_why_and_keeps_the_buttons(
+    slack, alice, bob, agent_config, django_capture_on_commit_callbacks
+):
+    agent_config(CONFIG.replace("hitl_mode: suspend}", "hitl_mode: suspend, four_eyes: true}"))
+    notify_services.slacklink_set(username="bob", slack_id="UBOB1")
+    with django_capture_on_commit_callbacks(execute=True):
+        approval = pending(start(REFUND))[0]  # started by bob: four eyes keep him from approving it
+
+    body = _body(approval.id, "approved", "UBOB1", slack.url)
+    answer = _post(body, _signed(body), django_capture_on_commit_callbacks)
+
+    assert answer.status_code == 200 and "bob" in answer.json()["text"]
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert AuditEntry.objects.get(outcome="not_permitted").actor == "bob"
+    # Only bob reads the refusal: the message keeps its buttons for those who may decide.
+    assert not Delivery.objects.filter(kind="slack_response").exists()
+
+
+def test_it_keeps_the_buttons_when_a_slack_user_linked_to_nobody_presses_one(
+    approval, slack, django_capture_on_commit_callbacks
+):
+    body = _body(approval.id, "approved", "USTRANGER", slack.url)
+    answer = _post(body, _signed(body), django_capture_on_commit_callbacks)
+    assert answer.status_code == 200 and "USTRANGER" in answer.json()["text"]
+    assert not Delivery.objects.filter(kind="slack_response").exists()

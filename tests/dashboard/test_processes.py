@@ -14,6 +14,7 @@ import httpx
 import pytest
 import redis
 from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
 
 from agents import services
 from dashboard import cli, processes
@@ -60,6 +61,28 @@ def test_it_sets_a_password_through_the_cli_running_the_validators(db, capsys, a
     assert cli.main(["users", "password", "alice", "--password", "a long enough passphrase"]) == 0
     assert User.objects.get(pk=alice.pk).check_password("a long enough passphrase")
     assert cli.main(["users", "password", "nobody", "--password", "a long enough passphrase"]) == 1
+
+
+def test_it_keeps_the_socket_of_a_deep_var_folder_where_only_this_user_can_reach_it(tmp_path, monkeypatch):
+    import stat
+    import tempfile
+
+    shared = tmp_path / "tmp"
+    shared.mkdir(mode=0o1777)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))  # the machine's /tmp, where anyone may create files
+    deep = tmp_path / ("deep" * 30)
+
+    sock = processes.socket_path(deep)
+
+    # In the shared folder itself, another user could listen on the name first and be taken for our Redis.
+    assert sock.parent != shared and sock.parent.parent == shared
+    info = sock.parent.stat()
+    assert info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) == 0o700
+    assert processes.socket_path(deep) == sock
+
+    os.chown(sock.parent, 65534, 65534)  # someone else made the folder first
+    with pytest.raises(ImproperlyConfigured, match="is not this user's"):
+        processes.socket_path(deep)
 
 
 def test_it_pings_and_shuts_down_the_embedded_redis(tmp_path):
@@ -153,6 +176,22 @@ def test_it_refuses_a_port_that_is_none_and_names_where_it_came_from(db, value, 
 
 def test_it_reads_a_port_with_spaces_around_it():
     assert processes.port_number(" 8321 ") == 8321
+
+
+@pytest.mark.parametrize(("value", "threads"), [("", "100"), (" 8 ", "8"), ("auto", "auto")])
+def test_it_takes_an_empty_worker_concurrency_as_unset(monkeypatch, value, threads):
+    monkeypatch.setenv("AGENTFAST_WORKER_CONCURRENCY", value)
+    assert processes._worker_pool([]) == ["--pool=threads", f"--concurrency={threads}"]
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "1.5"])
+def test_it_refuses_a_worker_concurrency_that_is_none_naming_the_variable(monkeypatch, value):
+    from agents.cli.output import CliError
+
+    monkeypatch.setenv("AGENTFAST_WORKER_CONCURRENCY", value)
+    with pytest.raises(CliError) as refused:  # before celery starts: the CLI prints it as one line
+        processes._worker_pool([])
+    assert str(refused.value).startswith(f"AGENTFAST_WORKER_CONCURRENCY: {value!r} is not")
 
 
 def test_it_runs_the_worker_on_threads_unless_the_arguments_choose(monkeypatch):

@@ -42,6 +42,9 @@ json.dump({
     "CONN_MAX_AGE": db["CONN_MAX_AGE"],
     "POOL": db.get("OPTIONS", {}).get("pool"),
     "TRUSTED": settings.AGENTFAST_TRUSTED_PROXIES,
+    "SESSION_COOKIE_SECURE": settings.SESSION_COOKIE_SECURE,
+    "SLACK_SIGNING_SECRET": settings.AGENTFAST_SLACK_SIGNING_SECRET,
+    "BASE_URL": settings.AGENTFAST_BASE_URL,
     "MODES": modes,
 }, sys.stdout)
 """
@@ -93,6 +96,26 @@ def test_it_generates_a_private_secret_key_once_and_reuses_it(tmp_path):
     assert mode(key_file) == 0o600
     assert [p.name for p in var.iterdir() if p.name.startswith(".secret_key")] == []  # no draft left
     assert loaded(var, DJANGO_SECRET_KEY="from-the-environment")["SECRET_KEY"] == "from-the-environment"
+
+
+def test_it_takes_a_blank_secret_as_unset_never_as_the_key(tmp_path):
+    var = tmp_path / "var"
+
+    shown = loaded(var, DJANGO_SECRET_KEY="   ", SLACK_SIGNING_SECRET=" \t")
+
+    # A key of spaces (an env file's `DJANGO_SECRET_KEY= `) is one anyone can guess: generated instead.
+    assert shown["SECRET_KEY"] == (var / "secret_key").read_text().strip() and len(shown["SECRET_KEY"]) >= 50
+    assert shown["SLACK_SIGNING_SECRET"] == ""  # so no Slack request verifies, rather than any signed with spaces
+
+
+@pytest.mark.parametrize(("value", "read"), [("1", True), ("True", True), (" yes ", True), ("off", False), ("", False)])
+def test_it_reads_a_switch_in_the_usual_spellings(tmp_path, value, read):
+    assert loaded(tmp_path / "var", DJANGO_SESSION_COOKIE_SECURE=value)["SESSION_COOKIE_SECURE"] is read
+
+
+def test_it_keeps_the_base_url_of_links_without_a_trailing_slash(tmp_path):
+    shown = loaded(tmp_path / "var", AGENTFAST_BASE_URL=" https://agentfast.example.com/ ")
+    assert shown["BASE_URL"] == "https://agentfast.example.com"
 
 
 def test_it_keeps_var_and_the_sqlite_files_private(tmp_path):
@@ -179,6 +202,15 @@ def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
         ("OPENAI_TIMEOUT", "nan", "'nan' is out of range (a finite number above 0)"),
         ("OPENAI_MAX_RETRIES", "-1", "'-1' is out of range (at least 0)"),
         ("AGENTFAST_LOG_LEVEL", "verbose", "'verbose' is not a log level (DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
+        # a mistyped switch read as off would send session cookies in the clear, say nothing of it
+        ("DJANGO_SESSION_COOKIE_SECURE", "ture", "'ture' is not on or off"),
+        ("DJANGO_CSRF_COOKIE_SECURE", "secure", "'secure' is not on or off"),
+        ("DJANGO_SECURE_SSL_REDIRECT", "enabled", "'enabled' is not on or off"),
+        ("DJANGO_SECURE_HSTS_PRELOAD", "preload", "'preload' is not on or off"),
+        ("DJANGO_DEBUG", "maybe", "'maybe' is not on or off"),
+        # every link in mails and Slack messages starts with it
+        ("AGENTFAST_BASE_URL", "agentfast.example.com", "'agentfast.example.com' is not an http(s) URL"),
+        ("AGENTFAST_BASE_URL", "https://", "'https://' is not an http(s) URL"),
     ],
 )
 def test_it_refuses_a_bad_setting_naming_it(tmp_path, variable, value, says):

@@ -6,6 +6,8 @@ raise the same errors for the same answers; only the transport differs.
 
 from __future__ import annotations
 
+import asyncio
+import email.utils
 import functools
 import hashlib
 import inspect
@@ -19,6 +21,12 @@ import httpx
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_WAIT_SECONDS = 60  # the server's longest single wait
+# A server restarting, or a proxy saying it is busy: every request of the gate is safe to send
+# again (gate and result are idempotent by call id, wait only reads, a second claim is refused),
+# and a report given up on would lose the result of a call that ran. Retried for this long.
+RETRY_SECONDS = 120.0
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+MAX_PAUSE_SECONDS = 5.0
 
 
 class GateError(Exception):
@@ -79,16 +87,58 @@ def call_id_for(tool: str, arguments: dict[str, Any]) -> str:
 
 
 def _checked(response: httpx.Response) -> dict[str, Any]:
+    """Return an answer's JSON object; raise GateError for a refusal or for something agentfast would not send."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
     if response.status_code >= 400:
-        try:
-            body = response.json()
-        except ValueError:
-            body = {}
-        message = body.get("message") or body.get("detail") or response.text[:200]
+        found = body if isinstance(body, dict) else {}
+        message = found.get("message") or found.get("detail") or response.text[:200]
         raise GateError(
-            f"{response.status_code}: {message}", status=response.status_code, code=body.get("error_code", "")
+            f"{response.status_code}: {message}", status=response.status_code, code=str(found.get("error_code", ""))
         )
-    return response.json()
+    if not isinstance(body, dict):
+        raise GateError(
+            f"{response.status_code}: not an answer of agentfast: {response.text[:200]!r}",
+            status=response.status_code,
+            code="bad_answer",
+        )
+    return body
+
+
+def _retry_after(response: httpx.Response | None) -> float | None:
+    """Return the seconds a Retry-After header asks for (a number or an HTTP date), None without one."""
+    value = response.headers.get("Retry-After", "").strip() if response is not None else ""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _pause(attempt: int, response: httpx.Response | None, deadline: float) -> float | None:
+    """Return how long to wait before sending again (Retry-After, else backoff); None once the time is spent."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return None
+    told = _retry_after(response)
+    return min(told if told is not None else min(0.25 * 2**attempt, MAX_PAUSE_SECONDS), left)
+
+
+def _given_up(url: str, response: httpx.Response | None, failure: Exception | None) -> GateError:
+    """Return the error for a request that failed until its retry time was spent."""
+    if response is not None:
+        try:
+            _checked(response)
+        except GateError as exc:
+            return exc
+    return GateError(f"cannot reach agentfast at {url}: {type(failure).__name__}: {failure}", code="unreachable")
 
 
 def _after_gate(answer: dict[str, Any]) -> str | None:
@@ -138,6 +188,19 @@ def _report_request(ok: bool, result: Any, error: str) -> dict[str, Any]:
     return {"content": body, "headers": {"Content-Type": "application/json"}}
 
 
+def _gate_request(body: dict[str, Any]) -> dict[str, Any]:
+    """Return the gate request's body and headers, or GateError for arguments JSON cannot carry.
+
+    ASCII JSON, as for a report: a lone surrogate travels escaped and agentfast names the field
+    it refuses, where httpx would fail with a UnicodeEncodeError at a byte position.
+    """
+    try:
+        content = json.dumps(body, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise GateError(f"the arguments of {body['tool']} are not JSON: {exc}", code="invalid_arguments") from None
+    return {"content": content, "headers": {"Content-Type": "application/json"}}
+
+
 def _stored_value(permit: Permit) -> Any:
     """Return what the first run returned, or raise its error again."""
     outcome = permit.result or {}
@@ -154,9 +217,17 @@ def _bound(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 
 class _Base:
     def __init__(
-        self, url: str, token: str, *, agent: str = "python", session: str = "default", timeout: float = 300
+        self,
+        url: str,
+        token: str,
+        *,
+        agent: str = "python",
+        session: str = "default",
+        timeout: float = 300,
+        retry_for: float = RETRY_SECONDS,
     ) -> None:
         self.url, self.agent, self.session, self.timeout = url.rstrip("/"), agent, session, timeout
+        self.retry_for = retry_for
         self._headers = {"Authorization": f"Bearer {token}"}
 
     def _gate_body(
@@ -182,25 +253,44 @@ class Gate(_Base):
     def close(self) -> None:
         self.http.close()
 
+    def _send(self, method: str, path: str, **request: Any) -> dict[str, Any]:
+        """Send a request, again after a lost connection, a 429 or a 502-504, for up to `retry_for` seconds."""
+        deadline, attempt = time.monotonic() + self.retry_for, 0
+        while True:
+            response, failure = None, None
+            try:
+                response = self.http.request(method, path, **request)
+            except httpx.UnsupportedProtocol as exc:  # a URL without http(s)://: no retry will mend it
+                raise GateError(f"not an agentfast URL: {self.url!r} ({exc})", code="bad_url") from None
+            except httpx.TransportError as exc:
+                failure = exc
+            if response is not None and response.status_code not in RETRY_STATUSES:
+                return _checked(response)
+            pause = _pause(attempt, response, deadline)
+            if pause is None:
+                raise _given_up(self.url, response, failure)
+            time.sleep(pause)
+            attempt += 1
+
     def gate(self, tool: str, args: dict[str, Any], *, session: str | None = None, call_id: str | None = None,
              description: str = "", metadata: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
         """Ask the policy about a call: its answer (allowed, denied or pending, with the approval id)."""
         body = self._gate_body(tool, args, session, call_id, description=description, metadata=metadata)
-        return _checked(self.http.post("/api/gate", json=body))
+        return self._send("POST", "/api/gate", **_gate_request(body))
 
     def wait(self, approval_id: str, *, timeout: float = 30) -> dict[str, Any]:
         """Wait up to `timeout` seconds (60 at most) for a decision; return the approval's state."""
         params = {"timeout": min(timeout, MAX_WAIT_SECONDS)}
-        return _checked(self.http.get(f"/api/approvals/{approval_id}/wait", params=params))
+        return self._send("GET", f"/api/approvals/{approval_id}/wait", params=params)
 
     def claim(self, approval_id: str) -> dict[str, Any]:
         """Claim the execution of an approved call (exactly one caller gets `claimed: true`)."""
-        return _checked(self.http.post(f"/api/approvals/{approval_id}/claim"))
+        return self._send("POST", f"/api/approvals/{approval_id}/claim")
 
     def report(self, approval_id: str, *, ok: bool, result: Any = None, error: str = "") -> dict[str, Any]:
         """Store what the claimed call did (once; the same report again is fine)."""
         request = _report_request(ok, result, error)
-        return _checked(self.http.post(f"/api/approvals/{approval_id}/result", **request))
+        return self._send("POST", f"/api/approvals/{approval_id}/result", **request)
 
     def require(self, tool: str, args: dict[str, Any], *, session: str | None = None, call_id: str | None = None,
                 description: str = "", metadata: dict[str, Any] | None = None,
@@ -259,25 +349,44 @@ class AsyncGate(_Base):
     async def aclose(self) -> None:
         await self.http.aclose()
 
+    async def _send(self, method: str, path: str, **request: Any) -> dict[str, Any]:
+        """Send a request, again after a lost connection, a 429 or a 502-504, for up to `retry_for` seconds."""
+        deadline, attempt = time.monotonic() + self.retry_for, 0
+        while True:
+            response, failure = None, None
+            try:
+                response = await self.http.request(method, path, **request)
+            except httpx.UnsupportedProtocol as exc:  # a URL without http(s)://: no retry will mend it
+                raise GateError(f"not an agentfast URL: {self.url!r} ({exc})", code="bad_url") from None
+            except httpx.TransportError as exc:
+                failure = exc
+            if response is not None and response.status_code not in RETRY_STATUSES:
+                return _checked(response)
+            pause = _pause(attempt, response, deadline)
+            if pause is None:
+                raise _given_up(self.url, response, failure)
+            await asyncio.sleep(pause)
+            attempt += 1
+
     async def gate(self, tool: str, args: dict[str, Any], *, session: str | None = None, call_id: str | None = None,
                    description: str = "", metadata: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
         """Ask the policy about a call: its answer (allowed, denied or pending, with the approval id)."""
         body = self._gate_body(tool, args, session, call_id, description=description, metadata=metadata)
-        return _checked(await self.http.post("/api/gate", json=body))
+        return await self._send("POST", "/api/gate", **_gate_request(body))
 
     async def wait(self, approval_id: str, *, timeout: float = 30) -> dict[str, Any]:
         """Wait up to `timeout` seconds (60 at most) for a decision; return the approval's state."""
         params = {"timeout": min(timeout, MAX_WAIT_SECONDS)}
-        return _checked(await self.http.get(f"/api/approvals/{approval_id}/wait", params=params))
+        return await self._send("GET", f"/api/approvals/{approval_id}/wait", params=params)
 
     async def claim(self, approval_id: str) -> dict[str, Any]:
         """Claim the execution of an approved call (exactly one caller gets `claimed: true`)."""
-        return _checked(await self.http.post(f"/api/approvals/{approval_id}/claim"))
+        return await self._send("POST", f"/api/approvals/{approval_id}/claim")
 
     async def report(self, approval_id: str, *, ok: bool, result: Any = None, error: str = "") -> dict[str, Any]:
         """Store what the claimed call did (once; the same report again is fine)."""
         request = _report_request(ok, result, error)
-        return _checked(await self.http.post(f"/api/approvals/{approval_id}/result", **request))
+        return await self._send("POST", f"/api/approvals/{approval_id}/result", **request)
 
     async def require(self, tool: str, args: dict[str, Any], *, session: str | None = None,
                       call_id: str | None = None, description: str = "", metadata: dict[str, Any] | None = None,
