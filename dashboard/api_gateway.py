@@ -80,7 +80,8 @@ class ClaimOut(Schema):
 class ResultIn(_Strict):
     ok: bool
     result: Any = Field(None, description="What the tool returned (any JSON)")
-    error: str = Field("", max_length=10_000, description="What went wrong, when ok is false")
+    # No max_length: the call ran, so a long error is cut to 10,000 characters, never refused.
+    error: str = Field("", description="What went wrong, when ok is false (cut to 10,000 characters)")
 
 
 class ResultOut(Schema):
@@ -102,6 +103,9 @@ def _agent(request: HttpRequest) -> str:
     if not user.has_perm(GATE):
         raise Forbidden("only agent accounts may gate, claim and report calls (agentfast users create --role agent)")
     return user.get_username()
+
+
+REPORT = "approval_result"  # the url name of a result report, which the API's body parser reads leniently
 
 
 @router.post("/gate", response={200: GateOut, **_ERRORS})
@@ -166,7 +170,7 @@ def approval_claim(request: HttpRequest, approval_id: Id) -> Any:
     return claim.__dict__
 
 
-@router.post("/approvals/{approval_id}/result", response={200: ResultOut, **_ERRORS})
+@router.post("/approvals/{approval_id}/result", response={200: ResultOut, **_ERRORS}, url_name=REPORT)
 def approval_result(request: HttpRequest, approval_id: Id, body: ResultIn) -> Any:
     """Report what the claimed call did; stored once (the same report again is fine, another is 409)."""
     try:

@@ -46,6 +46,7 @@ TOOL_NAME_RULE = "tool must be 1 to 100 letters, digits or _ . : / -"
 MAX_NAME_CHARS = 100
 MAX_SESSION_CHARS = 200
 MAX_DESCRIPTION_CHARS = 10_000
+MAX_ERROR_CHARS = 10_000  # a reported error longer than this is cut, never refused: the call ran
 _EXECUTABLE = (Approval.Status.APPROVED,)
 
 
@@ -204,9 +205,17 @@ def _planned(call_id: str, request: GateRequest, verdict: Verdict) -> PlannedCal
 
 
 def _record(run: Run, call_id: str, request: GateRequest, verdict: Verdict) -> None:
-    """Write the call, its approval (asked, or decided by a rule) and its events."""
+    """Write the call, its approval (asked, or decided by a rule) and its events; refuse one for an ended run."""
     call = _planned(call_id, request, verdict)
-    Run.objects.filter(pk=run.pk).update(steps=F("steps") + 1)
+    # A compare-and-set under the run's row lock, which run_cancel takes too: a cancel that
+    # commits first is seen here, and one that comes second sees (and stops) this call.
+    if not Run.objects.filter(pk=run.pk).exclude(status__in=Run.TERMINAL).update(steps=F("steps") + 1):
+        status = Run.objects.values_list("status", flat=True).get(pk=run.pk)
+        raise NotClaimable(
+            f"session {request.session!r} was {status}: it takes no new calls (use another session)",
+            code=f"run_{status}",
+            state=status,
+        )
     step = Run.objects.values_list("steps", flat=True).get(pk=run.pk)
     row = ToolCall(
         run_id=run.pk,
@@ -236,7 +245,7 @@ def _record(run: Run, call_id: str, request: GateRequest, verdict: Verdict) -> N
 
 
 def _repeat(owner: str, existing: ToolCall, request: GateRequest) -> GateAnswer:
-    if existing.name != request.tool or existing.arguments != request.arguments:
+    if existing.name != request.tool or not _same_json(existing.arguments, request.arguments):
         raise Conflict(
             f"call {request.call_id!r} of session {request.session!r} was gated with other "
             "arguments: a new call needs a new call_id",
@@ -247,10 +256,42 @@ def _repeat(owner: str, existing: ToolCall, request: GateRequest) -> GateAnswer:
     return GateAnswer(**{**answer.__dict__, "repeated": True})
 
 
+def _same_json(stored: Any, given: Any) -> bool:
+    """Return whether a stored JSON value is the one given, as JSON means it.
+
+    PostgreSQL's jsonb keeps 1e+23 as the integer 100000000000000000000000, which Python's
+    == finds unequal to the float; and == finds true equal to 1, which JSON does not.
+    """
+    if isinstance(stored, bool) or isinstance(given, bool):
+        return type(stored) is type(given) and stored == given
+    if isinstance(stored, int | float) and isinstance(given, int | float):
+        try:
+            return (
+                float(stored) == float(given)
+                if isinstance(stored, float) or isinstance(given, float)
+                else stored == given
+            )
+        except OverflowError:  # an integer beyond any float cannot be the float given
+            return False
+    if isinstance(stored, dict) and isinstance(given, dict):
+        return stored.keys() == given.keys() and all(_same_json(stored[key], given[key]) for key in stored)
+    if isinstance(stored, list) and isinstance(given, list):
+        return len(stored) == len(given) and all(map(_same_json, stored, given))
+    return type(stored) is type(given) and stored == given
+
+
+def _stopped(call: ToolCall) -> bool:
+    """Return whether the call's run ended (cancelled) before anyone claimed it: it never runs."""
+    return call.executed_at is None and call.run.is_terminal
+
+
 def _answer(owner: str, call: ToolCall) -> GateAnswer:
     found = external_call_get(owner=owner, approval_id=_approval_id_of(call))
     approval = found.approval
-    if approval is None:  # an unlisted tool: allowed, no decision to record
+    allowed = approval is None or approval.status == Approval.Status.APPROVED
+    if allowed and _stopped(found.call):  # as its pending approvals are, on cancel
+        decision, reason, rule = "expired", f"the run was {found.call.run.status}", approval.rule if approval else ""
+    elif approval is None:  # an unlisted tool: allowed, no decision to record
         decision, reason, rule = "allowed", "", ""
     elif approval.status == Approval.Status.PENDING:
         decision, reason, rule = "pending", "", approval.rule
@@ -280,6 +321,11 @@ def external_call_claim(*, owner: str, approval_id: str) -> Claim:
     if approval is not None and approval.status not in _EXECUTABLE:
         state = "denied" if approval.decided_by.startswith("policy:") else approval.status
         raise NotClaimable(f"approval {approval_id} is {state}: it may not run", code=f"approval_{state}", state=state)
+    if _stopped(found.call):  # answered "expired" when gated again
+        status = found.call.run.status
+        raise NotClaimable(
+            f"the run of approval {approval_id} was {status}: it may not run", code=f"run_{status}", state="expired"
+        )
     if toolcall_claim(tool_call=found.call):
         arguments = approval.arguments if approval is not None and approval.arguments is not None else None
         to_run = arguments if arguments is not None else found.call.arguments
@@ -300,7 +346,7 @@ def external_call_report(
     What cannot be stored (NUL, a lone surrogate, NaN, nesting too deep) is repaired as a
     built-in tool's result is, never refused: the call ran, and refusing would lose its result.
     """
-    result, error = text.repair(result), text.repair(error)
+    result, error = text.repair(result), text.repair(error)[:MAX_ERROR_CHARS]
     found = external_call_get(owner=owner, approval_id=approval_id)
     output = {"ok": True, "result": result} if ok else {"ok": False, "error": error, "result": result}
     status = ToolCall.Status.SUCCEEDED if ok else ToolCall.Status.FAILED
@@ -315,7 +361,7 @@ def external_call_report(
     call = ToolCall.objects.get(pk=found.call.pk)
     if call.executed_at is None:
         raise NotClaimable(f"approval {approval_id} was never claimed: claim it before running it", code="not_claimed")
-    if call.result != output:
+    if not _same_json(call.result, output):
         raise Conflict(f"approval {approval_id} already has another result", code="result_conflict", stored=call.result)
     return output, False
 

@@ -119,6 +119,22 @@ def test_it_refuses_the_same_call_id_with_other_arguments(policy: None, robot: s
     assert refused.value.code == "arguments_changed"
 
 
+def test_it_finds_the_same_call_and_result_for_a_retry_holding_a_large_float(policy: None, robot: str) -> None:
+    # PostgreSQL's jsonb keeps 1e+23 as the integer 100000000000000000000000: still the same call.
+    first = _gate(robot, "big", tool="measure", distance=1e23, ratio=0.1)
+    again = _gate(robot, "big", tool="measure", distance=1e23, ratio=0.1)
+    assert (again.approval_id, again.repeated) == (first.approval_id, True)
+    assert gateway.external_call_claim(owner=robot, approval_id=first.approval_id).claimed
+    report = {"owner": robot, "approval_id": first.approval_id, "ok": True, "result": {"mass": 6e24}}
+    assert gateway.external_call_report(**report)[1]
+    assert gateway.external_call_report(**report)[1] is False
+    with pytest.raises(gateway.Conflict):
+        gateway.external_call_report(**{**report, "result": {"mass": 6.1e24}})
+    _gate(robot, "flag", tool="measure", on=1)
+    with pytest.raises(gateway.Conflict):  # true is not 1, whatever Python's == says
+        _gate(robot, "flag", tool="measure", on=True)
+
+
 def test_it_hashes_a_call_id_that_is_not_url_safe(policy: None, robot: str) -> None:
     answer = _gate(robot, "call #1 / ünïcode", cents=10)
     assert answer.approval_id.startswith("appr_ext_")
@@ -179,6 +195,32 @@ def test_it_refuses_a_result_before_the_claim(policy: None, robot: str) -> None:
     with pytest.raises(gateway.NotClaimable) as refused:
         gateway.external_call_report(owner=robot, approval_id=answer.approval_id, ok=True)
     assert refused.value.code == "not_claimed"
+
+
+def test_it_refuses_a_new_call_in_a_cancelled_session(policy: None, robot: str, alice: Any) -> None:
+    first = _gate(robot, "before", cents=2000)
+    services.run_cancel(run_id=first.approval_id[len("appr_") : -len("_before")], attempt=_by_alice())
+    with pytest.raises(gateway.NotClaimable) as refused:
+        _gate(robot, "after", cents=2000)
+    assert (refused.value.code, refused.value.details["state"]) == ("run_cancelled", "cancelled")
+    assert not ToolCall.objects.filter(call_id="after").exists()
+    assert not Approval.objects.filter(status=Approval.Status.PENDING).exists()
+
+
+def test_it_answers_an_allowed_call_its_cancelled_session_stopped_as_expired(policy: None, robot: str) -> None:
+    allowed = _gate(robot, "small", cents=500)
+    unlisted = _gate(robot, "read", tool="read_file", path="/etc/motd")
+    services.run_cancel(run_id=allowed.approval_id[len("appr_") : -len("_small")], attempt=_by_alice())
+    for answer, arguments in ((allowed, {"cents": 500}), (unlisted, {"tool": "read_file", "path": "/etc/motd"})):
+        again = _gate(robot, answer.approval_id.rsplit("_", 1)[1], **arguments)
+        assert (again.decision, again.reason) == ("expired", "the run was cancelled")
+        with pytest.raises(gateway.NotClaimable) as refused:
+            gateway.external_call_claim(owner=robot, approval_id=answer.approval_id)
+        assert (refused.value.code, refused.value.details["state"]) == ("run_cancelled", "expired")
+
+
+def _by_alice() -> services.Attempt:
+    return services.Attempt(actor="alice", source=AuditEntry.Source.API)
 
 
 def test_it_marks_a_claim_with_no_result_in_doubt_after_the_lease(policy: None, robot: str, settings: Any) -> None:

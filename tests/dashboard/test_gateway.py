@@ -192,6 +192,46 @@ def test_it_keeps_a_reported_result_it_must_repair(policy: Path, robot: Api) -> 
     assert ToolCall.objects.get(run__kind=Run.Kind.EXTERNAL).result == repaired
 
 
+def test_it_keeps_a_long_error_report_shortened(policy: Path, robot: Api) -> None:
+    # The call ran: an error longer than the stored limit is cut, never refused (and lost).
+    approval_id = robot.post("/api/gate", _gate_body("small", cents=500)).json()["approval_id"]
+    assert robot.post(f"/api/approvals/{approval_id}/claim").json()["claimed"] is True
+    report = {"ok": False, "error": "Traceback " + "x" * 20_000}
+
+    reported = robot.post(f"/api/approvals/{approval_id}/result", report)
+    again = robot.post(f"/api/approvals/{approval_id}/result", report)
+
+    assert reported.status_code == 200, reported.content
+    stored = ToolCall.objects.get(run__kind=Run.Kind.EXTERNAL).result
+    assert stored["error"].startswith("Traceback xxx")
+    assert len(stored["error"]) <= 10_000
+    assert (again.status_code, again.json()["stored"]) == (200, False)
+
+
+def test_it_keeps_a_reported_result_that_names_a_key_twice_as_json_reads_it(policy: Path, robot: Api) -> None:
+    # A person's request naming a key twice is refused (which did they mean?); a result
+    # reports what already ran, so it is stored as JSON reads it: the last of the two.
+    approval_id = robot.post("/api/gate", _gate_body("small", cents=500)).json()["approval_id"]
+    assert robot.post(f"/api/approvals/{approval_id}/claim").json()["claimed"] is True
+    body = '{"ok": true, "result": {"wire": "W-1", "detail": {"id": 1, "id": 2}, "wire": "W-9"}}'
+    path = f"/api/approvals/{approval_id}/result"
+
+    reported = robot.client.post(path, data=body, content_type="application/json", headers=robot.headers)
+    gated_twice = robot.client.post(
+        "/api/gate",
+        data='{"agent": "billing", "agent": "other"}',
+        content_type="application/json",
+        headers=robot.headers,
+    )
+
+    assert reported.status_code == 200, reported.content
+    assert ToolCall.objects.get(run__kind=Run.Kind.EXTERNAL).result == {
+        "ok": True,
+        "result": {"wire": "W-9", "detail": {"id": 2}},
+    }
+    assert (gated_twice.status_code, gated_twice.json()["error_code"]) == (400, "duplicate_key")
+
+
 def test_it_hides_another_agents_calls(policy: Path, robot: Api) -> None:
     approval_id = robot.post("/api/gate", _gate_body()).json()["approval_id"]
     services.user_create(username="spy", role="agent")
