@@ -20,6 +20,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.utils import timezone
+from django.utils.datastructures import MultiValueDict
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -32,6 +33,7 @@ from agents.models import Approval, AuditEntry, Run
 from agents.services import Attempt
 from dashboard import sse
 from dashboard.api_auth import ApiError, Forbidden, Unauthenticated, error_response, reviewers
+from dashboard.api_gateway import REPORT
 from dashboard.api_pages import MAX_OFFSET, paged
 from dashboard.api_schemas import (
     ApprovalStatus,
@@ -58,9 +60,9 @@ Drive agentfast over HTTP. Authenticate with `Authorization: Bearer <token>`
 
 Errors are `{"error_code": "...", "message": "...", "field": "..."}` with the status
 saying what kind: 400 invalid input (`field` names it; a JSON object naming a key twice is
-`duplicate_key`), 401, 403, 404 (also any other URL under /api/), 405 a method the URL does
-not take, 409 (already decided: `approval` shows the decision that stands; or a run another
-process drives: `lease_owner`), 413 body over 256 KiB, 415 a multipart body (send JSON),
+`duplicate_key`; a query parameter given twice is refused too), 401, 403, 404 (also any other URL under /api/), 405 a method the URL does
+not take (HEAD is answered wherever GET is), 409 (already decided: `approval` shows the decision that stands; or a run another
+process drives: `lease_owner`), 413 body over 256 KiB, 415 a multipart or compressed body (send JSON, uncompressed),
 422 wrong state (e.g. an expired approval).
 
 **Lists.** `GET /api/approvals` and `GET /api/runs` are newest first, `limit` rows a page.
@@ -94,11 +96,47 @@ class _Api(NinjaAPI):
         return operation.view_func.__name__  # "approval_decide", not "dashboard_api_approval_decide"
 
 
+class _EncodedBody(ValueError):
+    """A request body sent compressed (Content-Encoding), which the API does not decode."""
+
+    def __init__(self, coding: str) -> None:
+        super().__init__(coding)
+        self.coding = coding
+
+
+class UnsupportedBody(ApiError):
+    status = 415
+    code = "unsupported_media_type"
+
+
 class _UniqueKeysParser(Parser):
-    """Read JSON bodies refusing a key written twice in any object, however deep (text.unique_object)."""
+    """Read JSON bodies and query strings refusing a key given twice (text.unique_object for JSON)."""
 
     def parse_body(self, request: HttpRequest) -> DictStrAny:
+        coding = request.headers.get("Content-Encoding", "").strip().lower()
+        if coding not in ("", "identity"):
+            raise _EncodedBody(coding)  # a gzip body was read as bytes of JSON: "malformed", the client never knew why
+        match = request.resolver_match
+        if match is not None and match.url_name == REPORT:
+            # A report says what already ran: refused, it would be lost. Read as JSON reads it.
+            return cast(DictStrAny, json.loads(request.body))
         return cast(DictStrAny, json.loads(request.body, object_pairs_hook=text.unique_object))
+
+    def parse_querydict(
+        self, data: MultiValueDict[str, Any], list_fields: list[str], request: HttpRequest
+    ) -> DictStrAny:
+        # Ninja keeps the last of `?status=a&status=b`: a client asking for two got one, unwarned.
+        # (Each query model of an endpoint reads the whole query string: a list field, were one
+        # added beside the pagination's, would need naming in every model.)
+        for key, values in data.lists():
+            if len(values) > 1 and key not in list_fields:
+                error = {
+                    "loc": ("query", key),
+                    "type": "repeated_parameter",
+                    "msg": "given more than once; give it once",
+                }
+                raise ValidationError([error])
+        return super().parse_querydict(data, list_fields, request)
 
 
 api = _Api(
@@ -377,12 +415,18 @@ def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResp
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     # Ninja raises a 400 HttpError for one thing only: a body its JSON reader refuses, which
-    # includes valid JSON nested deeper than the reader goes (thousands of levels) and an
-    # object naming a key twice (the parser's refusal is the error's cause).
+    # includes valid JSON nested deeper than the reader goes (thousands of levels), an
+    # object naming a key twice, bytes that are not UTF-8 and a compressed body (the
+    # parser's refusal is the error's cause).
     if exc.status_code != 400:
         return JsonResponse({"error_code": "error", "message": str(exc)}, status=exc.status_code)
     cause = exc.__cause__
-    if isinstance(cause, text.DuplicateKey):
+    if isinstance(cause, _EncodedBody):
+        coding = text.repair(cause.coding)[:50]
+        error: ApiError = UnsupportedBody(f"the request body is {coding!r}-encoded: send it uncompressed")
+    elif isinstance(cause, UnicodeDecodeError):
+        error = ApiError("the request body is not UTF-8 text: send JSON as UTF-8", code="malformed_json")
+    elif isinstance(cause, text.DuplicateKey):
         error = ApiError(f"the request body is ambiguous: {cause}", code="duplicate_key", field=cause.key)
     elif cause is not None and text.is_number_too_long(cause):
         error = ApiError("the request body holds a number too long to read (over 4,300 digits)", code="malformed_json")
@@ -390,7 +434,10 @@ def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
         message = "the request body is not JSON that can be read: malformed, or nested too deeply"
         error = ApiError(message, code="malformed_json")
     _audit_unread_decision(request, AuditEntry.Outcome.INVALID_ARGUMENTS, error.message)
-    return error_response(error)
+    response = error_response(error)
+    if isinstance(error, UnsupportedBody):
+        response["Accept-Encoding"] = "identity"  # what RFC 7694 has a server name: the codings it reads
+    return response
 
 
 @api.exception_handler(RequestDataTooBig)

@@ -5,7 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agents.cli.output import ago, attempt, command, compact, echo, indent, json_object, print_json, print_table
+from agents.cli.output import (
+    ago,
+    attempt,
+    command,
+    compact,
+    count,
+    echo,
+    indent,
+    json_object,
+    print_json,
+    print_table,
+)
 
 APPROVAL_STATUSES = ("pending", "approved", "rejected", "expired", "all")
 _EXPECT_HELP = "the arguments digest you reviewed (`approvals show`); refused if the arguments changed since"
@@ -21,7 +32,7 @@ def register(groups: Any) -> None:
     listing.add_argument("--status", default="pending", choices=APPROVAL_STATUSES)
     listing.add_argument("--agent")
     listing.add_argument("--tool")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--limit", type=count, default=100)
     show = command(actions, "show", _show, "show one approval", json_flag=True)
     show.add_argument("id")
     approve = command(actions, "approve", _approve, "approve a call (optionally with edited arguments)", json_flag=True)

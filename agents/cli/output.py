@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import math
 import re
 import socket
 import sys
@@ -14,6 +15,8 @@ from agents import text
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
+MAX_NAME = 150  # the columns that record a person's name (decided_by, the audit's actor, created_by)
+MAX_LIMIT = 1_000_000_000  # well inside the integers every database takes as a LIMIT
 
 Handler = Callable[[argparse.Namespace], "int | None"]
 
@@ -55,11 +58,45 @@ def json_object(value: str | None, flag: str) -> dict[str, Any] | None:
     return parsed
 
 
+def person(name: str, flag: str = "--by") -> str:
+    """Return a person's name given as `flag`; refuse one longer than the columns that record it.
+
+    Past them PostgreSQL refused the write ("database error") or the name was cut, so the
+    audit named someone other than the one given; SQLite stored it whole, past the column.
+    """
+    if len(name) > MAX_NAME:
+        raise CliError(f"{flag}: at most {MAX_NAME} characters; nothing changed")
+    return name
+
+
 def attempt(by: str) -> Any:
     """Return a decision attempt from this command line: the named person, from user@host."""
     from agents import services
 
-    return services.Attempt(actor=by, source="cli", origin=f"{getpass.getuser()}@{socket.gethostname()}")
+    return services.Attempt(actor=person(by), source="cli", origin=f"{getpass.getuser()}@{socket.gethostname()}")
+
+
+def count(value: str) -> int:
+    """Read an option that counts rows (argparse's type): a whole number of at least 1."""
+    try:
+        number = int(value)
+    except ValueError:  # not a number, or more digits than Python reads
+        number = 0
+    if not 1 <= number <= MAX_LIMIT:
+        # A negative limit crashed the slice of a query; 0 printed "No approvals." over a full list.
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1 (and at most {MAX_LIMIT:,})")
+    return number
+
+
+def seconds(value: str) -> float:
+    """Read an option that is a time to wait (argparse's type): a number of seconds, 0 or more."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not number >= 0:  # NaN compares false: a deadline of NaN never passed, and the wait never ended
+        raise argparse.ArgumentTypeError("must be a number of seconds, 0 or more")
+    return number
 
 
 def echo(line: str = "", *, err: bool = False) -> None:

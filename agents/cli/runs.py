@@ -7,7 +7,20 @@ import getpass
 import time
 from typing import Any
 
-from agents.cli.output import CliError, ago, attempt, command, compact, cut, echo, print_json, print_table
+from agents.cli.output import (
+    CliError,
+    ago,
+    attempt,
+    command,
+    compact,
+    count,
+    cut,
+    echo,
+    person,
+    print_json,
+    print_table,
+    seconds,
+)
 
 # The statuses of agents.models.Run, spelled here so `--help` works before Django is set up.
 RUN_STATUSES = ("queued", "running", "suspended", "completed", "failed", "cancelled")
@@ -21,14 +34,14 @@ def register(groups: Any) -> None:
     start.add_argument("--agent", required=True)
     start.add_argument("prompt")
     start.add_argument("--wait", action="store_true", help="wait until the run is suspended or finished")
-    start.add_argument("--timeout", type=float, default=60, help="seconds --wait waits (default 60)")
+    start.add_argument("--timeout", type=seconds, default=60, help="seconds --wait waits (default 60)")
     start.add_argument("--inline", action="store_true", help="drive the run in this process, without a worker")
     start.add_argument("--no-auto-resume", action="store_true", help="decisions do not resume the run by themselves")
     start.add_argument("--by", default="", help="who starts the run (default: your login)")
     listing = command(actions, "list", _list, "list runs", json_flag=True)
     listing.add_argument("--status", choices=(*RUN_STATUSES, "all"))
     listing.add_argument("--agent")
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--limit", type=count, default=50)
     show = command(actions, "show", _show, "show a run: messages, tool calls, approvals", json_flag=True)
     show.add_argument("id")
     resume = command(actions, "resume", _resume, "resume a run whose approvals are decided", json_flag=True)
@@ -42,12 +55,13 @@ def register(groups: Any) -> None:
 def _start(args: argparse.Namespace) -> None:
     from agents import runtime, selectors, services
 
+    created_by = person(args.by or getpass.getuser())
     if not args.inline:
         _require_broker()
     run = services.run_create(
         agent=args.agent,
         input=args.prompt,
-        created_by=args.by or getpass.getuser(),
+        created_by=created_by,
         started_from="cli",
         auto_resume=not args.no_auto_resume,
         enqueue=not args.inline,

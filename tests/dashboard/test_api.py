@@ -134,9 +134,9 @@ def test_it_answers_a_json_404_for_unknown_api_urls(api: Api) -> None:
         ("post", "/api/nothing/here", 404, "not_found", None),
         ("post", "/api/runs/", 404, "not_found", None),
         ("get", "/api/", 404, "not_found", None),
-        ("put", "/api/runs", 405, "method_not_allowed", "GET, POST"),
-        ("delete", "/api/runs/run_x", 405, "method_not_allowed", "GET"),
-        ("put", "/api/events", 405, "method_not_allowed", "GET"),  # an async endpoint
+        ("put", "/api/runs", 405, "method_not_allowed", "GET, HEAD, POST"),
+        ("delete", "/api/runs/run_x", 405, "method_not_allowed", "GET, HEAD"),
+        ("put", "/api/events", 405, "method_not_allowed", "GET, HEAD"),  # an async endpoint
         ("post", "/api/openapi.json", 405, "method_not_allowed", "GET, HEAD"),
     ],
 )
