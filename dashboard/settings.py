@@ -290,8 +290,10 @@ ALLOWED_HOSTS = _list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"
 # Addresses of the reverse proxies whose X-Forwarded-For is believed (IPs or CIDRs).
 AGENTFAST_TRUSTED_PROXIES = _networks("AGENTFAST_TRUSTED_PROXIES")
 
+# Not daphne's app: it only swaps `runserver` for daphne's (the project serves with `agentfast
+# serve`), and importing it installs Twisted's reactor in every process that loads Django,
+# about a quarter of a second of each CLI command and worker start.
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
