@@ -104,3 +104,11 @@ def test_it_shows_the_rates_of_decisions_made_through_the_services(client_for, a
 def test_it_shows_insights_to_reviewers_only(client_for, alice, dave):
     assert client_for(dave).get("/insights").status_code == 403
     assert client_for(alice).get("/insights?days=7").status_code == 200
+
+
+def test_it_counts_one_decision_in_the_singular(client_for, alice):
+    decide(pending(start(REFUND))[0], "approved", by="alice")
+
+    html = client_for(alice).get("/insights").content.decode()
+
+    assert '<strong id="decision-count">1</strong> decision.' in html
