@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agents.cli.output import ago, command, echo, print_json, print_table
+from agents.cli.output import ago, command, echo, person, print_json, print_table
 
 
 def register(groups: Any) -> None:
@@ -49,5 +49,5 @@ def _list(args: argparse.Namespace) -> None:
 def _revoke(args: argparse.Namespace) -> None:
     from agents import services
 
-    grant = services.grant_revoke(grant_id=args.id, actor=args.by, source="cli")
+    grant = services.grant_revoke(grant_id=args.id, actor=person(args.by), source="cli")
     echo(f"Revoked {grant.id} ({grant.decision} {grant.tool} for {grant.principal}) as {grant.revoked_by}.")

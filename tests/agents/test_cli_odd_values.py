@@ -81,3 +81,12 @@ def test_it_decides_as_a_name_of_exactly_150_characters(db, capsys):
     assert cli.main(["approvals", "approve", approval.id, "--by", "x" * 150, "--no-resume"]) == 0
     assert Approval.objects.get(pk=approval.id).decided_by == "x" * 150
     assert AuditEntry.objects.get(approval_id=approval.id).actor == "x" * 150
+
+
+def test_it_refuses_to_revoke_a_grant_by_a_name_longer_than_the_column(db, capsys):
+    code = cli.main(["grants", "revoke", "1", "--by", "x" * 151])
+    captured = capsys.readouterr()
+
+    assert code == 1
+    assert captured.err == "agentfast: --by: at most 150 characters; nothing changed\n"
+    assert not AuditEntry.objects.exists()
