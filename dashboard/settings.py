@@ -528,6 +528,6 @@ OPENAI_TIMEOUT = _float("OPENAI_TIMEOUT", 60, zero=False)
 OPENAI_MAX_RETRIES = _int("OPENAI_MAX_RETRIES", 4, minimum=0)
 
 # A bearer token for Prometheus' scrape of /metrics (an admin's API token works too).
-AGENTFAST_METRICS_TOKEN = env.str("AGENTFAST_METRICS_TOKEN", default="")
+AGENTFAST_METRICS_TOKEN = _secret("AGENTFAST_METRICS_TOKEN")
 # The demo model's pause per streamed token, so a run unfolds at a readable pace (`make run` sets it).
 AGENTFAST_DEMO_DELAY_MS = _float("AGENTFAST_DEMO_DELAY_MS", 0, zero=True)

@@ -44,6 +44,7 @@ json.dump({
     "TRUSTED": settings.AGENTFAST_TRUSTED_PROXIES,
     "SESSION_COOKIE_SECURE": settings.SESSION_COOKIE_SECURE,
     "SLACK_SIGNING_SECRET": settings.AGENTFAST_SLACK_SIGNING_SECRET,
+    "METRICS_TOKEN": settings.AGENTFAST_METRICS_TOKEN,
     "BASE_URL": settings.AGENTFAST_BASE_URL,
     "MODES": modes,
 }, sys.stdout)
@@ -101,11 +102,12 @@ def test_it_generates_a_private_secret_key_once_and_reuses_it(tmp_path):
 def test_it_takes_a_blank_secret_as_unset_never_as_the_key(tmp_path):
     var = tmp_path / "var"
 
-    shown = loaded(var, DJANGO_SECRET_KEY="   ", SLACK_SIGNING_SECRET=" \t")
+    shown = loaded(var, DJANGO_SECRET_KEY="   ", SLACK_SIGNING_SECRET=" \t", AGENTFAST_METRICS_TOKEN=" ")
 
     # A key of spaces (an env file's `DJANGO_SECRET_KEY= `) is one anyone can guess: generated instead.
     assert shown["SECRET_KEY"] == (var / "secret_key").read_text().strip() and len(shown["SECRET_KEY"]) >= 50
     assert shown["SLACK_SIGNING_SECRET"] == ""  # so no Slack request verifies, rather than any signed with spaces
+    assert shown["METRICS_TOKEN"] == ""  # so only an admin's token scrapes
 
 
 @pytest.mark.parametrize(("value", "read"), [("1", True), ("True", True), (" yes ", True), ("off", False), ("", False)])
