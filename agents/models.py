@@ -260,10 +260,17 @@ class Approval(models.Model):
     def short_digest(self) -> str:
         return self.digest[:12]
 
+    # Whose approvals count, when a page of cards read them for all its cards at once (eligibility.mark).
+    page_counted_voters: list[str] | None = None
+
     @property
     def counted_voters(self) -> list[str]:
-        """Return who approved the current arguments, in order (their votes count towards the quorum)."""
-        return self.voters_counted(self.votes.order_by("created_at", "id"))
+        """Return whose approvals count towards the quorum, in order: what the decision counts, and the cards show."""
+        if self.page_counted_voters is not None:
+            return self.page_counted_voters
+        from agents.services import eligibility  # who may still decide is the services' to say; they read these models
+
+        return eligibility.counted_voters(self, self.votes.order_by("created_at", "id"))
 
     def voters_counted(self, votes: Iterable[Vote]) -> list[str]:
         """Return the voters whose last vote (of `votes`, oldest first) approves the current arguments.

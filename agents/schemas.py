@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, PlainSerializer, model_validator
 
 from agents import text
 from agents.models import Approval, Message, Run, SideEffect, ToolCall, Vote
+from agents.services import eligibility
 
 JsonObject = dict[str, Any] | None
 # ISO 8601 as datetime.isoformat() writes it ("+00:00"), which scripts already parse.
@@ -285,7 +286,7 @@ def _approval_detail(approval: Approval, votes: list[Vote] | None = None) -> dic
     if votes is None:
         votes = list(approval.votes.order_by("created_at", "id"))
     digest = approval.digest
-    counted = approval.voters_counted(votes)
+    counted = eligibility.counted_voters(approval, votes)
     last = {vote.voter: vote for vote in votes}  # each voter's last vote: the one that can count
     return {
         **_approval_summary(approval),

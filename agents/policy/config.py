@@ -34,6 +34,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from django.conf import settings
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -84,7 +85,21 @@ class _Entry(BaseModel):
 
 
 Action = Literal["allow", "deny", "ask", "schedule"]
-Approvers = tuple[Annotated[str, Field(strict=True, min_length=1, max_length=150)], ...]
+USER_PREFIX = "user:"
+
+
+def _approver(name: str) -> str:
+    """Refuse a name no group or user can have (names are stored without surrounding blanks): nobody could approve."""
+    person = name.removeprefix(USER_PREFIX)
+    if not person.strip():
+        raise _problem(f"{name!r} names no one: give a group name or {USER_PREFIX}NAME (nobody could approve)")
+    if person != person.strip():
+        raise _problem(f"{name!r} has blanks around the name, which no group or user has (nobody could approve)")
+    return name
+
+
+# Who may decide, or is escalated to: Django group names, or "user:NAME".
+Approvers = tuple[Annotated[str, Field(strict=True, max_length=150), AfterValidator(_approver)], ...]
 Quorum = Annotated[int, Field(strict=True, ge=1, le=100)]
 OnTimeout = Literal["reject", "approve", "escalate"]
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -191,8 +206,7 @@ class ToolPolicy(_Deadline):
     timeout_seconds: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_SECONDS, strict=True, allow_inf_nan=False)] | None = (
         None
     )
-    # Who may decide: Django group names, or "user:NAME"; empty means any reviewer.
-    approvers: tuple[StrictStr, ...] = ()
+    approvers: Approvers = ()  # empty means any reviewer
     quorum: Annotated[int, Field(strict=True, ge=1, le=20)] = 1  # distinct approvers of the same arguments
     four_eyes: Annotated[bool, Field(strict=True)] = False  # whoever started the run may not approve its calls
     grants: Annotated[bool, Field(strict=True)] = True

@@ -189,6 +189,8 @@ def _same_digest(expected: str, current: str) -> bool:
 
 def _check_permitted(approval: Approval, decision: str, attempt: Attempt, remember: grants.Remember | None) -> None:
     reason = eligibility.refusal_for_name(attempt.decider, approval, user=attempt.decider_user)
+    if reason is None and attempt.on_behalf_of:
+        reason = eligibility.refusal_of_relayer(attempt.actor, attempt.on_behalf_of, approval)
     if reason is not None:
         raise _Refused(AuditEntry.Outcome.NOT_PERMITTED, {"error": reason}, NotPermitted(reason, field="decided_by"))
     if remember is None:
@@ -253,27 +255,18 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
         # vote now (one row per voter, digest and decision; the audit keeps every attempt).
         fields = {"note": vote.note, "source": vote.source, "origin": vote.origin, "created_at": vote.created_at}
         Vote.objects.filter(pk=same.pk).update(policy_version=vote.policy_version, **fields)
-    voters = _voters_still_eligible(approval)
+    voters = approval.counted_voters  # only voters who may still decide (eligibility.counted_voters)
     if ask.decision == Approval.Status.APPROVED and len(voters) < approval.quorum:
         _announce_vote(approval, ask, edited, voters)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.VOTED)
-    return _conclude(approval, ask)
+    return _conclude(approval, ask, voters=voters)
 
 
-def _voters_still_eligible(approval: Approval) -> list[str]:
-    """Return the approval's counted voters who may still decide it.
-
-    A vote counts towards the quorum only while its voter may decide: someone deactivated,
-    or taken out of the approvers' group, since they voted no longer has a say.
-    """
-    return [voter for voter in approval.counted_voters if eligibility.refusal_for_name(voter, approval) is None]
-
-
-def _conclude(approval: Approval, ask: _Ask, *, vote: Vote | None = None) -> Decision:
+def _conclude(approval: Approval, ask: _Ask, *, vote: Vote | None = None, voters: list[str] | None = None) -> Decision:
     """Decide the locked, pending approval: it, its call, the vote that decided it (if new) and the event, in one write.
 
     One statement on PostgreSQL (agents.sql.chain), which also takes the audit chain's lock;
-    the audit entry follows, and the commit.
+    the audit entry follows, and the commit. `voters`: whose approvals counted, when the vote read them.
     """
     fields = {
         "status": ask.decision,
@@ -300,7 +293,7 @@ def _conclude(approval: Approval, ask: _Ask, *, vote: Vote | None = None) -> Dec
     head = result.head
     resume = _unblock(approval, ask.auto_resume, head["status"], head["auto_resume"], head["others"])
     # Last: the audit chain's lock is one for the whole database, held until the commit.
-    detail = _detail(approval)
+    detail = _detail(approval, voters)
     _audit(
         approval, ask.attempt, action=approval.status, outcome=AuditEntry.Outcome.DECIDED, detail=detail, locked=True
     )
@@ -311,7 +304,7 @@ def _conclude(approval: Approval, ask: _Ask, *, vote: Vote | None = None) -> Dec
 
 def _announce_vote(approval: Approval, ask: _Ask, edited: bool, voters: list[str]) -> None:
     """Audit a vote that leaves the quorum unreached, and tell viewers (cards show the tally)."""
-    detail = {**_detail(approval), "votes": voters, "note": ask.note, "tally": approval.tally_of(voters)}
+    detail = {**_detail(approval, voters), "note": ask.note, "tally": approval.tally_of(voters)}
     if not edited:
         detail.pop("arguments_diff", None)  # an earlier voter's edit, already audited with their vote
     _audit(approval, ask.attempt, action=ask.decision, outcome=AuditEntry.Outcome.VOTED, detail=detail)
@@ -635,14 +628,15 @@ def approval_approve_as(*, approval: Approval, actor: str, note: str, attempt: A
     return True
 
 
-def _detail(approval: Approval) -> dict[str, Any]:
+def _detail(approval: Approval, voters: list[str] | None = None) -> dict[str, Any]:
+    """Return what the audit records of a decision or vote; `voters`: whose approvals count, when read already."""
     detail: dict[str, Any] = {
         "note": approval.note,
         "arguments_digest": approval.digest,
         "policy_version": approval.policy_version,
     }
     if approval.quorum > 1:
-        detail["votes"] = approval.counted_voters
+        detail["votes"] = approval.counted_voters if voters is None else voters
     if approval.feedback:
         detail["feedback"] = approval.feedback
     if approval.payload is not None:

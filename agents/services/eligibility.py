@@ -2,22 +2,24 @@
 
 A user may decide when they are an active reviewer or admin, AND the approval names no
 approvers or they belong to one (a Django group, or `user:<their name>`), AND not (four
-eyes and they started the run). Standing grants build on `refusal` too.
+eyes and they started the run). Standing grants build on `refusal` too, and so does the
+quorum: a vote counts only while its voter may decide (`counted_voters`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 
-from agents.models import Approval, Run
+from agents.models import Approval, Run, Vote
+from agents.policy.config import USER_PREFIX
 from agents.sql import JsonArrayHasAny
 
 DECIDE = "agents.decide_approval"
-USER_PREFIX = "user:"
 # Approvals any active reviewer may decide: no approvers named, no four eyes.
 OPEN_TO_ALL = Q(approvers=[], four_eyes=False)
 
@@ -56,11 +58,47 @@ def refusal_for_name(username: str, approval: Approval, *, user: Any = None) -> 
     """
     if user is None or user.get_username() != username:
         user = User.objects.filter(username=username).first()
+    return _refusal_of_named(username, user, approval)
+
+
+def _refusal_of_named(
+    username: str, user: User | None, approval: Approval, groups: set[str] | None = None
+) -> str | None:
+    """Return why the person named, found as `user` (None: no user has the name), may not decide, or None."""
     if user is not None:
-        return refusal(user, approval)
+        return refusal(user, approval, groups)
     if not approval.approvers and not approval.four_eyes:
         return None
     return f"{username!r} is no active user, and this call names who may decide it"
+
+
+def counted_voters(approval: Approval, votes: Iterable[Vote], voters: _Voters | None = None) -> list[str]:
+    """Return whose approvals of the current arguments count towards the quorum, in order (`votes` oldest first).
+
+    A vote counts only while its voter may decide: someone deactivated, or taken out of the
+    approvers' group, since they voted no longer has a say. A quorum of one is decided by its
+    first vote, which counts as cast. `voters`: the voters as a page of cards read them at once.
+    """
+    counted = approval.voters_counted(votes)
+    if approval.quorum == 1:
+        return counted
+    if voters is None:
+        return [name for name in counted if refusal_for_name(name, approval) is None]
+    return [name for name in counted if voters.refusal(name, approval) is None]
+
+
+def refusal_of_relayer(relayer: str, username: str, approval: Approval) -> str | None:
+    """Return why a relayer (with the permission to decide in others' names) may not relay for this person, or None.
+
+    Four eyes keep whoever started the run from getting its calls decided, for or against:
+    naming someone else as the decider does not change who gets the decision recorded.
+    """
+    if approval.four_eyes and relayer == approval.run.created_by:
+        return (
+            f"{relayer} started this run, and four eyes are required: they may not relay a decision on it, "
+            f"even in {username}'s name"
+        )
+    return None
 
 
 def decidable(user: Any, approvals: QuerySet[Approval], groups: set[str] | None = None) -> QuerySet[Approval]:
@@ -83,11 +121,62 @@ def decidable(user: Any, approvals: QuerySet[Approval], groups: set[str] | None 
 
 
 def mark(user: Any, approvals: Iterable[Approval], groups: set[str] | None = None) -> None:
-    """Note on each approval whether this user may decide it (`decidable`), for the cards to show."""
+    """Note on each approval whether this user may decide it (`decidable`), and whose approvals count, for the cards."""
+    approvals = list(approvals)
     if groups is None:
         groups = group_names(user) if user.is_authenticated else set()
     for approval in approvals:
         approval.decidable = refusal(user, approval, groups) is None  # type: ignore[attr-defined]
+    _count_votes(approvals)
+
+
+def _count_votes(approvals: list[Approval]) -> None:
+    """Give each card whose approvals count (its tally), reading the votes and voters of all of them at once."""
+    votes: dict[str, list[Vote]] = {approval.pk: [] for approval in approvals}
+    for vote in Vote.objects.filter(approval_id__in=list(votes)).order_by("created_at", "id"):
+        votes[vote.approval_id].append(vote)
+    voters = _Voters.read({vote.voter for approval in approvals if approval.quorum > 1 for vote in votes[approval.pk]})
+    for approval in approvals:
+        approval.page_counted_voters = counted_voters(approval, votes[approval.pk], voters)
+
+
+@dataclass(frozen=True)
+class _Voters:
+    """Users read by name with their group names and permissions, to judge as `refusal_for_name` does, from memory."""
+
+    users: dict[str, User]
+    groups: dict[str, set[str]]
+
+    def refusal(self, username: str, approval: Approval) -> str | None:
+        """Return why the person named may not decide the approval, or None (`refusal_for_name`, from memory)."""
+        return _refusal_of_named(username, self.users.get(username), approval, self.groups.get(username, set()))
+
+    @classmethod
+    def read(cls, names: set[str]) -> _Voters:
+        """Read these users in three queries, however many there are (none for no names: an empty IN is not sent)."""
+        users = {user.pk: user for user in User.objects.filter(username__in=names)}
+        groups: dict[int, set[str]] = {pk: set() for pk in users}
+        permissions: dict[int, set[str]] = {pk: set() for pk in users}
+        memberships = User.groups.through.objects.filter(user_id__in=users).values_list(
+            "user_id", "group__name", "group__permissions__content_type__app_label", "group__permissions__codename"
+        )
+        own = User.user_permissions.through.objects.filter(user_id__in=users).values_list(
+            "user_id", "permission__content_type__app_label", "permission__codename"
+        )
+        for user_id, group, app_label, codename in memberships:
+            groups[user_id].add(group)
+            if codename is not None:  # a group without permissions
+                permissions[user_id].add(f"{app_label}.{codename}")
+        for user_id, app_label, codename in own:
+            permissions[user_id].add(f"{app_label}.{codename}")
+        for pk, user in users.items():
+            if user.is_active and not user.is_superuser:
+                # Where ModelBackend keeps them (as agents.sql.token_user does): has_perm answers from memory.
+                user._perm_cache = permissions[pk]  # type: ignore[attr-defined]
+        return cls(
+            users={user.username: user for user in users.values()},
+            groups={users[pk].username: member_of for pk, member_of in groups.items()},
+        )
 
 
 def refusal_of_role(user: Any) -> str | None:
