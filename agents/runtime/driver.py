@@ -161,7 +161,7 @@ class _Driver:
 
         1. Load the rows. 2. Settle the last turn's tool calls (run, memoized, rejected,
         in doubt); if a suspend approval is pending, suspend. 3. Tell the model about
-        deferred calls that ran. 4. Ask the model. 5. No tool calls: complete. 6. Tool calls
+        deferred calls that ended. 4. Ask the model. 5. No tool calls: complete. 6. Tool calls
         past max_steps: fail. Otherwise record the turn (suspending in the same transaction
         when nothing can run now).
         """
@@ -429,7 +429,13 @@ class _Driver:
         self._remember(seq, Message.Role.TOOL, json.dumps(output), tool_call_id=call.call_id)
 
     def _append(
-        self, role: str, content: str, *, tool_call_id: str = "", reports: list[ToolCall] | None = None
+        self,
+        role: str,
+        content: str,
+        *,
+        tool_call_id: str = "",
+        reports: list[ToolCall] | None = None,
+        feedback: list[tuple[str, str]] | None = None,
     ) -> None:
         seq = self._next_seq()
         services.message_append(
@@ -440,8 +446,11 @@ class _Driver:
             content=content,
             tool_call_id=tool_call_id,
             reports=reports,
+            feedback=feedback,
         )
         self._remember(seq, role, content, tool_call_id=tool_call_id)
+        for offset, (call_id, words) in enumerate(feedback or [], start=1):
+            self._remember(seq + offset, Message.Role.USER, words, tool_call_id=call_id)
 
     def _remember(self, seq: int, role: str, content: str, *, tool_call_id: str = "") -> None:
         """Keep a message just stored in the in-memory history the model reads next."""
@@ -451,25 +460,30 @@ class _Driver:
 
     def _append_feedback(self, step: int) -> None:
         """After a step's outputs, add each rejection's feedback as a user message (revise)."""
+        # A deferred call's feedback follows its rejection, which is reported later (_report_deferred).
+        calls = [c for c in self.calls if c.step == step and c.hitl_mode != Approval.Mode.DEFER]
+        for call_id, words in self._feedback(calls):
+            self._append(Message.Role.USER, words, tool_call_id=call_id)
+
+    def _feedback(self, calls: list[ToolCall]) -> list[tuple[str, str]]:
+        """Return (call id, feedback) of each of these calls rejected with feedback the model has not read."""
         given = {m.tool_call_id for m in self.messages if m.role == Message.Role.USER and m.tool_call_id}
-        for call in (c for c in self.calls if c.step == step):
-            approval = self.approvals.get(call.pk)
-            if approval and approval.feedback and call.call_id not in given:
-                self._append(Message.Role.USER, approval.feedback, tool_call_id=call.call_id)
+        approvals = [(c.call_id, self.approvals.get(c.pk)) for c in calls if c.call_id not in given]
+        return [(call_id, approval.feedback) for call_id, approval in approvals if approval and approval.feedback]
 
     def _report_deferred(self) -> None:
-        """Tell the model, once, the outcome of deferred calls decided since it last spoke."""
+        """Tell the model, once, the outcome of deferred calls decided since it last spoke, and any feedback."""
         reports = [
             c
             for c in self.calls
-            if c.hitl_mode == Approval.Mode.DEFER and c.result is not None and c.reported_at is None
+            if c.hitl_mode == Approval.Mode.DEFER and (c.result is not None or c.in_doubt) and c.reported_at is None
         ]
         if not reports:
             return
         content = "\n".join(
-            f"Update on a deferred call: {c.name} ({c.call_id}) → {json.dumps(c.result)}" for c in reports
+            f"Update on a deferred call: {c.name} ({c.call_id}) → {json.dumps(_deferred_outcome(c))}" for c in reports
         )
-        self._append(Message.Role.SYSTEM, content, reports=reports)
+        self._append(Message.Role.SYSTEM, content, reports=reports, feedback=self._feedback(reports))
 
 
 class _Deltas:
@@ -516,6 +530,12 @@ def _call_id(proposed: str, seq: int, index: int, taken: set[str]) -> str:
         attempt += 1
         call_id = f"call_{seq}_{index}_{attempt}"
     return call_id
+
+
+def _deferred_outcome(call: ToolCall) -> dict[str, Any]:
+    """Return what the model reads of a deferred call's end: its result, or in doubt when its worker died."""
+    # The sweeper marks such a claim in doubt without a result: a late result of the worker may still land.
+    return call.result if call.result is not None else outputs.in_doubt(call.name)
 
 
 def _has_approval(call: ToolCall) -> bool:

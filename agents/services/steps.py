@@ -377,19 +377,24 @@ def message_append(
     content: str,
     tool_call_id: str = "",
     reports: list[ToolCall] | None = None,
+    feedback: list[tuple[str, str]] | None = None,
 ) -> None:
     """Append a feedback or report message, fenced by the lease.
 
     `reports` are the deferred calls whose outcome this message tells the model; they are
-    marked reported in the same write, so the model is told once.
+    marked reported in the same write, so the model is told once. `feedback` (call id,
+    reviewer's words) follows it as user messages in the same write: a rejection reported
+    without its feedback would never get it.
     """
-    content = text.repair(content)
+    told = [_message_values(run_id, seq, role, text.repair(content), tool_call_id=tool_call_id)]
+    for offset, (call_id, words) in enumerate(feedback or [], start=1):
+        told.append(_message_values(run_id, seq + offset, Message.Role.USER, text.repair(words), tool_call_id=call_id))
     now = timezone.now()
 
     def add_rows(chain: Chain) -> None:
-        chain.insert(Message, [_message_values(run_id, seq, role, content, tool_call_id=tool_call_id)])
+        chain.insert(Message, told)
         for call in reports or []:
             chain.update(ToolCall, call.pk, {"reported_at": now})
 
-    items = [(RunEvent.Type.MESSAGE, {"seq": seq, "role": role, "content": content})]
+    items = [(RunEvent.Type.MESSAGE, {"seq": m["seq"], "role": m["role"], "content": m["content"]}) for m in told]
     run_write(run_id=run_id, owner=owner, items=items, rows=add_rows)
