@@ -6,7 +6,8 @@ destructive or unannotated ones are asked, unless `mcp:` in agentfast.yaml says 
 A pending call waits (with progress notifications) up to a limit, then answers a tool error
 naming the approval and APPROVAL_PENDING; the identical call again (same tool, arguments
 and session) finds the same approval. An approved call is claimed, forwarded once and its
-result stored, so a retry gets the stored result instead of a second run.
+result stored, so a retry gets the stored result instead of a second run. An error the
+upstream answers is stored as the call's failure; no answer leaves the call in doubt.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import httpx
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import McpError
 
 from agents import text
 from agents.gateway import ids as gateway_ids
@@ -40,6 +43,9 @@ from agents.services.errors import InvalidInput, ServiceError
 
 Progress = Callable[[float, str], Awaitable[None]]
 PENDING = "APPROVAL_PENDING"
+# The errors the SDK makes up itself when no answer came (the connection closed, or its read
+# timeout passed): the upstream may or may not have run the call. Every other error is its answer.
+UNANSWERED = frozenset({types.CONNECTION_CLOSED, httpx.codes.REQUEST_TIMEOUT})
 
 
 @dataclass(frozen=True)
@@ -162,7 +168,16 @@ class Gateway:
             if claim.result is None:
                 return _error(f"approval {approval_id} is {claim.state}: another call runs it (or ran it unreported)")
             return _stored(claim.result)
-        result = await self.upstream.call_tool(tool.name, claim.arguments or arguments)
+        try:
+            result = await self.upstream.call_tool(tool.name, claim.arguments or arguments)
+        except McpError as exc:
+            if exc.error.code in UNANSWERED:  # left claimed: the sweeper marks it in doubt, never to run again
+                return _error(
+                    f"no answer from the MCP server {self.options.server!r} ({exc.error.message}): "
+                    f"whether it ran is unknown; approval {approval_id} will be marked in doubt"
+                )
+            answer = f"{exc.error.message} (error {exc.error.code})"
+            result = _error(f"the call failed: the MCP server {self.options.server!r} answered {answer}")
         payload = result.model_dump(mode="json", exclude_none=True)
         error = "" if not result.isError else _text_of(result)
         report = sync_to_async(gateway.external_call_report)

@@ -7,19 +7,22 @@ raise the same errors for the same answers; only the transport differs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import functools
 import hashlib
 import inspect
 import json
+import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 
 F = TypeVar("F", bound=Callable[..., Any])
+logger = logging.getLogger("agentfast_client")
 MAX_WAIT_SECONDS = 60  # the server's longest single wait
 # A server restarting, or a proxy saying it is busy: every request of the gate is safe to send
 # again (gate and result are idempotent by call id, wait only reads, a second claim is refused),
@@ -209,6 +212,27 @@ def _stored_value(permit: Permit) -> Any:
     return outcome.get("result")
 
 
+def _failure(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def _report_kept_from_caller(approval_id: str) -> Iterator[None]:
+    """Log, not raise, a report given up on: the call ran, so its caller gets its value or its own error.
+
+    Raising would tell the caller the call failed, and it might run it again.
+    """
+    try:
+        yield
+    except GateError as exc:
+        logger.warning(
+            "agentfast: the call of approval %s ran but its result was not reported (%s); "
+            "agentfast will mark it in doubt",
+            approval_id,
+            exc,
+        )
+
+
 def _bound(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
@@ -306,15 +330,17 @@ class Gate(_Base):
         return _after_claim(answer["approval_id"], self.claim(answer["approval_id"]), args)
 
     def run(self, permit: Permit, fn: Callable[..., Any]) -> Any:
-        """Run `fn(**arguments)` once for a claimed permit and report it; else return the stored result."""
+        """Run `fn(**arguments)` once for a claimed permit and report it (a lost report is logged); else the stored result."""
         if not permit.claimed:
             return _stored_value(permit)
         try:
             value = fn(**permit.arguments)
         except Exception as exc:
-            self.report(permit.approval_id, ok=False, error=f"{type(exc).__name__}: {exc}")
+            with _report_kept_from_caller(permit.approval_id):
+                self.report(permit.approval_id, ok=False, error=_failure(exc))
             raise
-        self.report(permit.approval_id, ok=True, result=value)
+        with _report_kept_from_caller(permit.approval_id):
+            self.report(permit.approval_id, ok=True, result=value)
         return value
 
     def guard(self, tool: str | None = None, *, description: str = "") -> Callable[[F], F]:
@@ -404,7 +430,7 @@ class AsyncGate(_Base):
         return _after_claim(answer["approval_id"], await self.claim(answer["approval_id"]), args)
 
     async def run(self, permit: Permit, fn: Callable[..., Awaitable[Any] | Any]) -> Any:
-        """Run `fn(**arguments)` once for a claimed permit (awaited if a coroutine) and report it."""
+        """Run `fn(**arguments)` once for a claimed permit (awaited if a coroutine) and report it (a lost report is logged)."""
         if not permit.claimed:
             return _stored_value(permit)
         try:
@@ -412,9 +438,11 @@ class AsyncGate(_Base):
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
-            await self.report(permit.approval_id, ok=False, error=f"{type(exc).__name__}: {exc}")
+            with _report_kept_from_caller(permit.approval_id):
+                await self.report(permit.approval_id, ok=False, error=_failure(exc))
             raise
-        await self.report(permit.approval_id, ok=True, result=value)
+        with _report_kept_from_caller(permit.approval_id):
+            await self.report(permit.approval_id, ok=True, result=value)
         return value
 
     def guard(self, tool: str | None = None, *, description: str = "") -> Callable[[F], F]:
