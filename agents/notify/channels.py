@@ -128,21 +128,23 @@ def email_context(payload: dict[str, Any], username: str) -> dict[str, Any]:
         "headline": payloads.headline(payload),
         "data": data,
         "arguments": json.dumps(data["arguments"], indent=2, ensure_ascii=False),
-        "pending": payload["type"] in ("approval.required", "approval.reminder", "approval.escalated"),
+        "pending": payload["type"] in payloads.WAITING,
+        "answer": payloads.asks_answer(payload),
     }
-    if payload.get("one_click") and context["pending"]:
-        context["links"] = one_click_links(data["approval_id"], username, data["arguments"])
+    decisions = payloads.click_decisions(payload)
+    if payload.get("one_click") and decisions:
+        context["links"] = one_click_links(data["approval_id"], username, data["arguments"], decisions)
     return context
 
 
-def one_click_links(approval_id: str, username: str, arguments: Any) -> dict[str, str]:
-    """Return signed, single-use links to approve and reject, bound to the approval, the person and the arguments."""
+def one_click_links(approval_id: str, username: str, arguments: Any, decisions: tuple[str, ...]) -> dict[str, str]:
+    """Return signed, single-use links to the decisions, bound to the approval, the person and the arguments."""
     from agents.services import notify as notify_services
 
     nonce = notify_services.oneclick_issue(approval_id=approval_id, username=username)
     digest = arguments_digest(arguments)
     links = {}
-    for decision in ("approved", "rejected"):
+    for decision in decisions:
         token = signing.dumps(
             {"a": approval_id, "u": username, "d": digest, "n": nonce, "k": decision}, salt=ONE_CLICK_SALT
         )
@@ -154,9 +156,10 @@ def one_click_links(approval_id: str, username: str, arguments: Any) -> dict[str
 
 
 def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
-    """Return a Block Kit message: the call in plain words, with Approve and Reject buttons while it waits."""
+    """Return a Block Kit message: the call in plain words, with the buttons of its decisions while it waits."""
     data = payload["data"]
     arguments = json.dumps(data["arguments"], ensure_ascii=False)[:2500]
+    page = "Answer it in agentfast" if payloads.asks_answer(payload) else "Open in agentfast"
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_mrkdwn(payloads.headline(payload))}*"}},
         {
@@ -165,21 +168,13 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
                 "type": "mrkdwn",
                 "text": f"`{_mrkdwn(data['tool'])}` {_mrkdwn(arguments)}\n"
                 f"Asked by {_mrkdwn(data['requested_by'] or 'an agent')} in run {data['run_id']}: "
-                f"_{_mrkdwn(data['prompt'][:300])}_\n<{data['url']}|Open in agentfast>",
+                f"_{_mrkdwn(data['prompt'][:300])}_\n<{data['url']}|{page}>",
             },
         },
     ]
-    if payload["type"] in ("approval.required", "approval.reminder", "approval.escalated"):
-        blocks.append(
-            {
-                "type": "actions",
-                "block_id": "agentfast_decision",
-                "elements": [
-                    _button("Approve", "approved", data["approval_id"], "primary"),
-                    _button("Reject", "rejected", data["approval_id"], "danger"),
-                ],
-            }
-        )
+    if decisions := payloads.click_decisions(payload):
+        elements = [_button(decision, data["approval_id"]) for decision in decisions]
+        blocks.append({"type": "actions", "block_id": "agentfast_decision", "elements": elements})
     return {"text": payloads.headline(payload), "blocks": blocks}
 
 
@@ -192,7 +187,11 @@ def slack_outcome(headline: str, payload: dict[str, Any] | None = None) -> dict[
     }
 
 
-def _button(label: str, decision: str, approval_id: str, style: str) -> dict[str, Any]:
+_BUTTONS = {"approved": ("Approve", "primary"), "rejected": ("Reject", "danger")}
+
+
+def _button(decision: str, approval_id: str) -> dict[str, Any]:
+    label, style = _BUTTONS[decision]
     return {
         "type": "button",
         "text": {"type": "plain_text", "text": label},

@@ -9,6 +9,9 @@ from django.utils import timezone
 
 from agents.models import Approval
 
+# The events about a call that still waits for a person: their messages offer a decision.
+WAITING = ("approval.required", "approval.reminder", "approval.escalated")
+
 
 def base_url() -> str:
     return settings.AGENTFAST_BASE_URL.rstrip("/")
@@ -36,6 +39,7 @@ def event(event_type: str, approval: Approval) -> dict[str, Any]:
             "decided_by": approval.decided_by,
             "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
             "note": approval.note,
+            "request": approval.request,  # what the tool asked itself (feedback_required), or None
             "url": approval_url(approval.id),
         },
     }
@@ -53,3 +57,17 @@ def headline(payload: dict[str, Any]) -> str:
     if kind == "approval.escalated":
         return f"Escalated: {data['tool']} needs your decision"
     return f"{data['tool']} needs a decision"
+
+
+def asks_answer(payload: dict[str, Any]) -> bool:
+    """Return whether the event asks a person to answer a tool's question, which only its page can take."""
+    # .get: a delivery stored before payloads carried the request is retried as it was stored.
+    return payload["type"] in WAITING and payload["data"].get("request") is not None
+
+
+def click_decisions(payload: dict[str, Any]) -> tuple[str, ...]:
+    """Return the decisions one click may make: none once decided, only a rejection of a question."""
+    if payload["type"] not in WAITING:
+        return ()
+    # Approving a question needs the reviewer's answer: a button or link could only be refused.
+    return ("rejected",) if asks_answer(payload) else ("approved", "rejected")

@@ -46,6 +46,10 @@ def one_click(request: HttpRequest, token: str) -> HttpResponse:
     context: dict[str, Any] = {"link": link, "approval": link.approval}
     if link.approval.status != Approval.Status.PENDING:
         return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
+    if link.decision == Approval.Status.APPROVED and link.approval.request is not None:
+        # Mailed before questions lost their Approve link: approving one needs the reviewer's answer.
+        refused = f"{link.approval.tool} asked a question: approve it with your answer on its page in agentfast."
+        return render(request, TEMPLATE, {**context, "refused": refused}, status=400)
     if request.method == "GET":
         return render(request, TEMPLATE, context)
     return _decide(request, link, context)
