@@ -47,6 +47,17 @@ def deferred_on_commit(tool_call_pk: int) -> None:
     toolcall_execute_deferred.delay_on_commit(tool_call_pk)
 
 
+def longest_eta_seconds() -> float:
+    """Return how far ahead a message may be scheduled: half the broker's visibility timeout.
+
+    A worker holds a message with an eta unacknowledged until then, and Redis hands an
+    unacknowledged message out again after its visibility timeout (and again each timeout):
+    a 6 h eta would arrive six times. Work due later is sent in hops, or found by the sweeper.
+    """
+    options = current_app.conf.broker_transport_options or {}
+    return float(options.get("visibility_timeout", 3600)) / 2  # kombu's default timeout: 1 h
+
+
 def _send(task: OnCommitTask, *args: Any, **kwargs: Any) -> bool:
     try:
         # The arguments are ids: their plain repr is what monitoring shows, without Celery's

@@ -54,8 +54,11 @@ def sweep() -> dict[str, int]:
 
 
 @shared_task(base=OnCommitTask, acks_late=True, time_limit=120)
-def approval_deadline(approval_id: str) -> str:
-    """Fire an approval's deadline at its eta; an early, late or repeated message finds nothing due."""
-    from agents.services.deadlines import approval_deadline_fire
+def approval_deadline(approval_id: str, when: str = "") -> str:
+    """Fire an approval's deadline at its eta, or send its next hop; a late or repeated message finds nothing due."""
+    from agents.services.deadlines import approval_deadline_fire, deadline_hop
 
-    return approval_deadline_fire(approval_id=approval_id) or "nothing due"
+    fired = approval_deadline_fire(approval_id=approval_id)
+    if not fired and when and deadline_hop(approval_id=approval_id, when=when):
+        return "next hop sent"
+    return fired or "nothing due"

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from django.conf import settings
 from django.db import connection
 
@@ -61,6 +62,14 @@ def redis_server() -> Iterator[RedisControl]:
     yield control
     control.stop()
     shutil.rmtree(settings.VAR_DIR, ignore_errors=True)
+
+
+@pytest.fixture
+def broker() -> Iterator[redis.Redis]:
+    """A client of the test Redis, the Celery broker (tests.support.broker reads its messages)."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    yield client
+    client.close()
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
+from agents import queue
 from agents.models import Approval
 from agents.notify import channels, payloads
 from agents.notify.config import EmailChannel, SlackChannel, WebhookChannel
@@ -65,7 +66,8 @@ def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:
 
     1. Claim it (a compare-and-set: a duplicate message or the sweeper's re-enqueue finds it taken).
     2. Send it; a 2xx (or a mail handed to the backend) delivers it.
-    3. Store the attempt; a failure is due again after its backoff, and re-enqueued with that countdown.
+    3. Store the attempt; a failure is due again after its backoff, re-enqueued with that countdown
+       (beat's sweep enqueues it instead when it is far off).
     """
     delivery = notify_services.delivery_claim(delivery_id=delivery_id, now=now, force=force)
     if delivery is None:
@@ -88,12 +90,15 @@ def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:
 
 
 def _retry_later(delivery: Delivery) -> None:
+    """Enqueue the next attempt for its due time, unless that is too far off for the broker: beat sweeps it then."""
     from django.utils import timezone
 
     from agents.notify.tasks import deliver
 
     due = delivery.next_attempt_at or timezone.now()
     countdown = max(0.0, (due - timezone.now()).total_seconds())
+    if countdown > queue.longest_eta_seconds():
+        return  # too far off to sit in the broker once: deliveries_sweep enqueues it when due
     try:
         deliver.apply_async((delivery.pk,), countdown=countdown)
     except Exception as exc:  # noqa: BLE001 — the sweeper finds it by next_attempt_at

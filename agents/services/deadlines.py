@@ -7,7 +7,8 @@ once; the second expiry rejects). A scheduled call is a suspend approval whose d
 runs it (`on_timeout` "run", decided by "schedule").
 
 Each deadline fires from a Celery task scheduled with `eta` when it is set (on commit), so
-it fires on time; the sweeper's pass over the database fires any whose message was lost
+it fires on time (a deadline further off than the broker holds a message travels in hops:
+`queue.longest_eta_seconds`); the sweeper's pass over the database fires any whose message was lost
 (every process restarted). Firing is a compare-and-set: the two never both act.
 """
 
@@ -19,7 +20,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from agents import notify
+from agents import notify, queue
 from agents.models import Approval, AuditEntry
 from agents.policy.config import MAX_TIMEOUT_SECONDS
 from agents.services.approvals import Attempt, _lock_run, approval_approve_as, approval_expire, overdue
@@ -39,12 +40,28 @@ def deadline_schedule(*, approval_id: str, when: datetime) -> None:
 
 
 def _enqueue(approval_id: str, when: datetime) -> None:
+    """Send the deadline's message for `when`, or for its next hop when `when` is too far off for the broker."""
     from agents.tasks import approval_deadline
 
+    hop = timezone.now() + timedelta(seconds=queue.longest_eta_seconds())
     try:
-        approval_deadline.apply_async(args=[approval_id], eta=when)
+        approval_deadline.apply_async(args=[approval_id], kwargs={"when": when.isoformat()}, eta=min(when, hop))
     except Exception as exc:  # noqa: BLE001 — a broker that is down: the sweeper fires it instead
         logger.warning("could not schedule the deadline of %s (the sweeper will fire it): %s", approval_id, exc)
+
+
+def deadline_hop(*, approval_id: str, when: str) -> bool:
+    """Send the next hop of a deadline's message that woke before `when`; return whether one was sent.
+
+    Only while the approval still waits for that very deadline: an extension sent its own
+    message, and a decision or an earlier firing needs none.
+    """
+    deadline = datetime.fromisoformat(when)
+    pending = Approval.objects.filter(pk=approval_id, status=Approval.Status.PENDING, expires_at=deadline)
+    if timezone.now() >= deadline or not pending.exists():
+        return False
+    _enqueue(approval_id, deadline)
+    return True
 
 
 def approval_deadline_fire(*, approval_id: str) -> str:

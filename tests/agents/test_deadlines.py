@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from celery import current_app
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
@@ -18,8 +21,10 @@ from agents.models import Approval, AuditEntry, Run, SideEffect
 from agents.notify.models import Delivery
 from agents.policy.config import ConfigError, get_policy
 from agents.services.deadlines import approval_deadline_fire, approval_extend, approval_remind_due
+from agents.tasks import approval_deadline
 from dashboard import cli
 from tests.conftest import wait_for
+from tests.support.broker import take_queued
 from tests.support.flows import pending, resume, start, tool_outputs
 
 REFUND = "Refund order A1001 for 25.00 USD"
@@ -357,3 +362,88 @@ def test_it_shows_the_countdown_and_extends_from_the_card(deadline, alice, bob):
     assert extended.status_code == 200 and "data-deadline" in extended.content.decode()
     actors = list(AuditEntry.objects.filter(approval_id=approval.id, action="extended").values_list("actor", "source"))
     assert sorted(actors) == [("alice", "web"), ("bob", "web")]
+
+
+# A deadline further off than the broker keeps a message travels in hops, each well inside its visibility timeout.
+
+
+def _paused(deadline: Callable[..., Path], capture: Callable[..., object], **keys: object) -> Approval:
+    deadline(**keys)
+    with capture(execute=True):
+        [approval] = pending(start(REFUND))
+    return approval
+
+
+def _hops(broker: redis.Redis, approval: Approval) -> list[tuple[str, datetime]]:
+    """Take the approval's deadline messages from the broker: the deadline each is for, and its eta."""
+    queued = take_queued(broker, approval_deadline.name)
+    assert all(args == [approval.pk] for args, _, _ in queued)
+    return [(kwargs["when"], eta) for _, kwargs, eta in queued]
+
+
+def test_it_sends_a_far_deadline_in_hops_inside_the_visibility_timeout(
+    db, broker, deadline, django_capture_on_commit_callbacks
+):
+    half = current_app.conf.broker_transport_options["visibility_timeout"] / 2
+    before = timezone.now()
+    approval = _paused(deadline, django_capture_on_commit_callbacks, timeout="4h")
+    approval.refresh_from_db()
+
+    [(when, eta)] = _hops(broker, approval)
+    assert datetime.fromisoformat(when) == approval.expires_at  # the message knows the deadline it is for
+    assert before + timedelta(seconds=half) <= eta <= timezone.now() + timedelta(seconds=half)
+
+    # The hop wakes at its eta, finds the deadline still ahead and sends the next hop.
+    with django_capture_on_commit_callbacks(execute=True):
+        assert approval_deadline(approval.pk, when) == "next hop sent"
+    [(again, next_eta)] = _hops(broker, approval)
+    assert again == when and next_eta <= timezone.now() + timedelta(seconds=half)
+    assert Approval.objects.get(pk=approval.pk).status == Approval.Status.PENDING
+
+
+def test_it_drops_the_hops_of_a_deadline_that_was_extended_or_decided(
+    db, alice, broker, deadline, django_capture_on_commit_callbacks
+):
+    approval = _paused(deadline, django_capture_on_commit_callbacks, timeout="4h")
+    [(first, _)] = _hops(broker, approval)
+    attempt = services.Attempt(actor="alice", source="api")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.approval_extend(approval_id=approval.pk, by_seconds=3600, attempt=attempt)
+    [(extended, _)] = _hops(broker, approval)  # the extension's own message
+    assert datetime.fromisoformat(extended) - datetime.fromisoformat(first) == timedelta(hours=1)
+    assert approval_deadline(approval.pk, first) == "nothing due"  # the old chain ends here
+    assert _hops(broker, approval) == []
+
+    services.approval_decide(approval_id=approval.pk, decision="rejected", attempt=attempt)
+    assert approval_deadline(approval.pk, extended) == "nothing due"
+    assert _hops(broker, approval) == []
+
+
+def test_it_fires_the_deadline_at_the_end_of_its_hops(
+    db, broker, deadline, django_capture_on_commit_callbacks, monkeypatch
+):
+    # A broker that keeps an unacknowledged message one second: hops of half a second.
+    monkeypatch.setitem(current_app.conf.broker_transport_options, "visibility_timeout", 1)
+    approval = _paused(deadline, django_capture_on_commit_callbacks, timeout=2)
+    outcomes = []
+    while (hops := _hops(broker, approval)) and len(outcomes) < 20:
+        [(when, eta)] = hops
+        time.sleep(max(0.0, (eta - timezone.now()).total_seconds()))
+        with django_capture_on_commit_callbacks(execute=True):
+            outcomes.append(approval_deadline(approval.pk, when))
+
+    assert outcomes[-1] == "expired" and set(outcomes[:-1]) == {"next hop sent"} and len(outcomes) >= 4
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.EXPIRED
+    assert approval.decided_at - approval.expires_at < timedelta(seconds=1)  # on time, not at a sweep
+
+
+def test_it_fires_a_message_sent_before_deadlines_had_hops(db, broker, deadline, django_capture_on_commit_callbacks):
+    # Messages already queued by an older version carry no deadline: they fire when due, as before.
+    approval = _paused(deadline, django_capture_on_commit_callbacks, timeout=1)
+    _hops(broker, approval)
+    assert approval_deadline(approval.pk) == "nothing due"
+    time.sleep(1.05)
+    assert approval_deadline(approval.pk) == "expired"
+    assert _hops(broker, approval) == []
