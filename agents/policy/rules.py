@@ -8,7 +8,8 @@
 
 A rule whose condition cannot be evaluated (a missing argument, a type error, a result
 that is not a boolean) fails closed: it counts as matching when it denies or asks, as not
-matching when it allows, and the verdict's reason says so.
+matching when it allows; a schedule rule then asks a person instead of scheduling (a
+scheduled call runs by itself). The verdict's reason says which rule could not be evaluated.
 """
 
 from __future__ import annotations
@@ -170,12 +171,14 @@ def evaluate(
     for rule in (r for r in tool.rules if r.action == "allow" and matches(r)):
         return replace(base, action="allow", rule=rule.name, reason=said(f"allowed by rule {rule.name}"))
     for rule in (r for r in tool.rules if r.action == "schedule" and matches(r)):
-        run_at, problem = _when(rule, variables)
+        # A scheduled call runs by itself: a condition that cannot be evaluated asks a person, as a time that cannot.
+        run_at, problem = (None, "") if results[rule.name][1] else _when(rule, variables)
         if run_at is not None:
             return replace(
                 base, action="schedule", rule=rule.name, reason=said(f"rule {rule.name} schedules"), run_at=run_at
             )
-        failures.append(f"rule {rule.name!r} gave no time ({problem}): a person decides instead")
+        if problem:
+            failures.append(f"rule {rule.name!r} gave no time ({problem}): a person decides instead")
         return replace(base, action="ask", rule=rule.name, reason=said(""))
     for rule in (r for r in tool.rules if r.action == "ask" and matches(r)):
         approvers, quorum = _askers(rule, base.approvers, base.quorum)
