@@ -6,14 +6,17 @@ import ipaddress
 import math
 from collections.abc import Callable
 from functools import wraps
+from importlib import import_module
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.utils.crypto import constant_time_compare
 
 from agents.models import AuditEntry
 from agents.services import Attempt
@@ -27,6 +30,19 @@ _ORIGIN_CHARS = AuditEntry._meta.get_field("origin").max_length
 def is_reviewer(user: Any) -> bool:
     """Return whether the user may see and decide approvals (admins may too)."""
     return bool(user.is_authenticated and user.is_active and user.has_perm(DECIDE))
+
+
+def session_holds(user: Any, session_key: str | None) -> bool:
+    """Return whether the session is still this user's sign-in, as django.contrib.auth.get_user judges it.
+
+    A session signed in before the password changed (Django's session hash) is over.
+    """
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    if str(session.get(SESSION_KEY)) != str(user.pk):
+        return False
+    signed = session.get(HASH_SESSION_KEY) or ""
+    hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+    return any(constant_time_compare(signed, digest) for digest in hashes)
 
 
 def is_admin(user: Any) -> bool:

@@ -11,9 +11,10 @@ import asyncio
 import copy
 import hashlib
 import logging
+import random
+import time
 from collections.abc import Callable
 from functools import cache
-from importlib import import_module
 from typing import Any, TypeVar
 
 import redis
@@ -22,7 +23,6 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
 from django.conf import settings
-from django.contrib.auth import SESSION_KEY
 from django.db.models import QuerySet
 from django.http import QueryDict
 from django.template.loader import render_to_string
@@ -31,7 +31,7 @@ from agents import events, selectors, services, text
 from agents.models import Approval, RunEvent
 from agents.services import eligibility
 from dashboard import wire
-from dashboard.auth import is_reviewer
+from dashboard.auth import is_reviewer, session_holds
 from dashboard.forms import InboxFilter
 from dashboard.hub import Hub, Shared
 from dashboard.views import INBOX_COUNT_CAP, describe_cards, pending_count_context
@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 FORBIDDEN = 4403  # the websocket close code that says "not for you" (HTTP 403)
 NOT_FOUND = 4404
+# An expired or deleted session (or user) sends no access.check: open sockets re-check this often.
+RECHECK_SECONDS = 300.0
 
 
 class _GroupConsumer(WebsocketConsumer):
@@ -65,6 +67,7 @@ class _GroupConsumer(WebsocketConsumer):
         for name in self.groups_joined:
             async_to_sync(self.channel_layer.group_add)(name, self.channel_name)
         self.group = group
+        self.recheck_at = time.monotonic() + RECHECK_SECONDS
         self.accept()
 
     def disconnect(self, code: int) -> None:
@@ -84,16 +87,18 @@ class _GroupConsumer(WebsocketConsumer):
         raise NotImplementedError
 
     def push(self, html: str) -> None:
-        """Send a partial; text that cannot be UTF-8 (a lone surrogate) is repaired, never fatal."""
+        """Send a partial, unless access ended unannounced; a lone surrogate is repaired, never fatal."""
+        if time.monotonic() >= self.recheck_at:
+            if not _may_still_watch(self.scope["user"].pk, self.scope["session"].session_key):
+                self.close(code=FORBIDDEN)
+                return
+            self.recheck_at = time.monotonic() + RECHECK_SECONDS
         self.send(text_data=text.repair(html))
 
 
 def _may_still_watch(user_id: int, session_key: str | None) -> bool:
     user = selectors.user_get_active(user_id)
-    if user is None or not is_reviewer(user):
-        return False
-    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    return str(session.get(SESSION_KEY)) == str(user_id)
+    return user is not None and is_reviewer(user) and session_holds(user, session_key)
 
 
 class UnknownPathConsumer(WebsocketConsumer):
@@ -145,9 +150,12 @@ class InboxConsumer(AsyncWebsocketConsumer):
         await self.accept()
         self.socket = wire.daphne_websocket(self.base_send)
         self.live = True
+        self.rechecking = asyncio.ensure_future(self._recheck())
 
     async def disconnect(self, code: int) -> None:
         self.live = False
+        if hasattr(self, "rechecking"):
+            self.rechecking.cancel()
         await Hub.leave(events.APPROVALS_GROUP, self)
         for name in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(name, self.channel_name)
@@ -170,7 +178,17 @@ class InboxConsumer(AsyncWebsocketConsumer):
         if (message.get("session") and message["session"] == events.session_digest(session_key)) or not (
             await database_sync_to_async(_may_still_watch)(self.scope["user"].pk, session_key)
         ):
+            self.live = False  # no card goes out between the close and the disconnect
             await self.close(code=FORBIDDEN)
+
+    async def _recheck(self) -> None:
+        """Re-check access now and then, at times spread out so that thousands of inboxes do not read at once."""
+        while self.live:
+            await asyncio.sleep(RECHECK_SECONDS * random.uniform(0.5, 1.0))  # noqa: S311 — not a secret
+            try:
+                await self.access_check({})
+            except Exception:  # the database is away: keep the socket, try again next time
+                logger.warning("could not re-check a live inbox's access", exc_info=True)
 
     @classmethod
     async def prepare(cls, event: Shared) -> None:

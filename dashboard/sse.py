@@ -23,12 +23,10 @@ import threading
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth import SESSION_KEY
 from django.db import close_old_connections
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -38,7 +36,7 @@ from agents.models import Run, RunEvent
 from agents.runtime.driver import DriveResult
 from agents.services import tokens
 from dashboard.api_auth import ApiError
-from dashboard.auth import is_reviewer
+from dashboard.auth import is_reviewer, session_holds
 from dashboard.hub import Shared, Watch, read
 from dashboard.wire import StreamWire, stream_send
 
@@ -214,8 +212,7 @@ def _may_still_watch(viewer: Viewer) -> bool:
     if viewer.token_id is not None:
         return selectors.token_is_live(viewer.token_id)
     if viewer.session_key is not None:
-        session = import_module(settings.SESSION_ENGINE).SessionStore(viewer.session_key)
-        return str(session.get(SESSION_KEY)) == str(viewer.user_id)
+        return session_holds(user, viewer.session_key)
     return True
 
 

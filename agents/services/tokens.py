@@ -29,7 +29,8 @@ def token_create(*, username: str, name: str = "") -> tuple[ApiToken, str]:
     # Checked here, not left to the database: SQLite stores any length, PostgreSQL raises.
     if len(name) > _NAME_CHARS:
         raise InvalidInput(f"a token's name is at most {_NAME_CHARS} characters, not {len(name)}", field="name")
-    user = User.objects.filter(username=username, is_active=True).first()
+    # As the sign-in form reads a name (NFKC: "ａlice" is alice), and as user names are stored.
+    user = User.objects.filter(username=User.normalize_username(username).strip(), is_active=True).first()
     if user is None:
         raise InvalidInput(f"no active user {username!r} (create one with `agentfast users create`)", field="user")
     prefix = secrets.token_hex(4)

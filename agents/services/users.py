@@ -11,7 +11,7 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from agents import text
+from agents import events, text
 from agents.services.errors import InvalidInput
 
 ROLES = ("reviewer", "admin", "agent")
@@ -75,9 +75,7 @@ def user_create(
 def user_set_groups(*, username: str, groups: tuple[str, ...]) -> User:
     """Set a user's approver groups (agentfast.yaml's `approvers`), keeping their role."""
     names = _valid_groups(groups)
-    user = User.objects.filter(username__iexact=username.strip()).first()
-    if user is None:
-        raise InvalidInput(f"no user {username!r}", field="username")
+    user = _user_named(username)
     with transaction.atomic():
         roles = list(user.groups.filter(name__in=ROLES))
         user.groups.set([*roles, *_approver_groups(names)])  # m2m_changed: open sockets re-check access
@@ -105,8 +103,8 @@ def _approver_groups(names: list[str]) -> list[Group]:
 
 
 def _valid_username(username: str) -> str:
-    """Return the name without surrounding blanks, or raise InvalidInput saying what is wrong."""
-    username = username.strip()
+    """Return the name as the sign-in form reads it (NFKC, no surrounding blanks), or raise InvalidInput."""
+    username = User.normalize_username(username).strip()
     if not username:
         raise InvalidInput("the user name is empty", field="username")
     if len(username) > _USERNAME_CHARS:
@@ -121,14 +119,31 @@ def _valid_username(username: str) -> str:
 
 
 def user_set_password(*, username: str, password: str) -> User:
-    """Set an existing user's password after Django's password validators accept it."""
-    user = User.objects.filter(username__iexact=username.strip()).first()
-    if user is None:
-        raise InvalidInput(f"no user {username!r}", field="username")
+    """Set an existing user's password after Django's password validators accept it; their sessions end."""
+    user = _user_named(username)
     try:
         validate_password(password, user)
     except ValidationError as exc:
         raise InvalidInput("the password is too weak: " + " ".join(exc.messages), field="password") from None
     user.set_password(password)
     user.save(update_fields=["password"])
+    # Their sessions no longer verify (Django's session hash): open sockets re-check and close.
+    events.access_changed(group=events.user_group(user.pk))
     return user
+
+
+def _user_named(username: str) -> User:
+    """Return the user of exactly this name, else the one user it names ignoring case; or raise InvalidInput."""
+    name = User.normalize_username(username).strip()
+    exact = User.objects.filter(username=name).first()
+    if exact is not None:
+        return exact
+    # Two names may differ in case only where the Django admin or createsuperuser made them.
+    matches = list(User.objects.filter(username__iexact=name)[:2])
+    if not matches:
+        raise InvalidInput(f"no user {username!r}", field="username")
+    if len(matches) > 1:
+        raise InvalidInput(
+            f"several users are named {username!r} ignoring case: give the exact name of one", field="username"
+        )
+    return matches[0]

@@ -245,8 +245,8 @@ async def test_it_pushes_a_timeline_event_whose_stored_text_has_a_lone_surrogate
 # -- access that ends, ends live ----------------------------------------------------------
 
 
-async def _open_inbox(user: User) -> tuple[WebsocketCommunicator, Client]:
-    """Open an inbox socket with a fresh session of the user; return it and that session's client."""
+async def open_socket(user: User, path: str = "/ws/inbox/") -> tuple[WebsocketCommunicator, Client]:
+    """Open a socket (the inbox's by default) with a fresh session of the user; return it and that session's client."""
 
     def sign_in() -> Client:
         client = Client()
@@ -256,7 +256,7 @@ async def _open_inbox(user: User) -> tuple[WebsocketCommunicator, Client]:
     client = await database_sync_to_async(sign_in)()
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
     headers = [(b"host", b"localhost"), (b"origin", b"http://localhost"), (b"cookie", cookie)]
-    communicator = WebsocketCommunicator(application, "/ws/inbox/", headers=headers)
+    communicator = WebsocketCommunicator(application, path, headers=headers)
     assert (await communicator.connect(timeout=5))[0]
     return communicator, client
 
@@ -277,8 +277,8 @@ def _remove_role(user: User) -> None:
 
 
 async def test_it_closes_the_sockets_of_a_session_that_logs_out_and_keeps_the_others(alice):
-    leaving, client = await _open_inbox(alice)
-    staying, _ = await _open_inbox(alice)
+    leaving, client = await open_socket(alice)
+    staying, _ = await open_socket(alice)
 
     await database_sync_to_async(client.logout)()
 
@@ -289,7 +289,7 @@ async def test_it_closes_the_sockets_of_a_session_that_logs_out_and_keeps_the_ot
 
 @pytest.mark.parametrize("end_access", [_deactivate, _remove_role])
 async def test_it_closes_a_socket_when_its_user_loses_access(alice, end_access):
-    communicator, _ = await _open_inbox(alice)
+    communicator, _ = await open_socket(alice)
 
     await database_sync_to_async(end_access)(alice)
 
@@ -297,7 +297,7 @@ async def test_it_closes_a_socket_when_its_user_loses_access(alice, end_access):
 
 
 async def test_it_keeps_a_socket_open_when_another_user_loses_access(alice, bob):
-    communicator, _ = await _open_inbox(alice)
+    communicator, _ = await open_socket(alice)
 
     await database_sync_to_async(_deactivate)(bob)
 

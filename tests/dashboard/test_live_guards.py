@@ -268,7 +268,19 @@ def test_it_ends_a_tokens_stream_when_access_ends(
         assert _ends_with_access_ended(sock)
 
 
-def test_it_ends_a_sessions_stream_at_logout(daphne: Daphne, alice: User) -> None:
+def _log_out(client: Client) -> None:
+    client.logout()
+
+
+def _set_password(client: Client) -> None:
+    # As Django does: a session signed in with the old password is over.
+    services.user_set_password(username="alice", password="a new long passphrase 7")
+
+
+@pytest.mark.parametrize("end_session", [_log_out, _set_password])
+def test_it_ends_a_sessions_stream_when_its_session_ends(
+    daphne: Daphne, alice: User, end_session: Callable[[Client], None]
+) -> None:
     client = Client()
     client.force_login(alice)
     cookie = f"sessionid={client.cookies['sessionid'].value}"
@@ -277,7 +289,7 @@ def test_it_ends_a_sessions_stream_at_logout(daphne: Daphne, alice: User) -> Non
         data = b""
         while b": live" not in data:
             data += sock.recv(65536)
-        client.logout()
+        end_session(client)
         assert _ends_with_access_ended(sock)
 
 
