@@ -108,6 +108,17 @@ class AgentForm(forms.Form):
             self.fields[f"risk_{name}"] = forms.ChoiceField(choices=[(r, r) for r in RISKS], required=False)
             self.fields[f"mode_{name}"] = forms.ChoiceField(choices=[(m, m) for m in MODES], required=False)
 
+    def clean_tools(self) -> list[str]:
+        """Return the tools chosen, each once: the same settings make the same agent."""
+        return list(dict.fromkeys(self.cleaned_data["tools"]))
+
+    def clean_agent_name(self) -> str:
+        """Return the name as it is saved, refusing a configured agent's: runs list it as their agent."""
+        name = " ".join(self.cleaned_data["agent_name"].split())
+        if name.casefold() in {agent.name.casefold() for agent in _agents()[0]}:
+            raise forms.ValidationError(f"{name!r} is a configured agent's name; give yours another")
+        return name
+
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if data.get("model") == "openai" and not data.get("model_name"):

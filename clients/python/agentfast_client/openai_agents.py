@@ -7,7 +7,7 @@
 
 Each call is gated with the model's tool call id (a retried run finds the same approval),
 waited on, claimed and run once; a denial or rejection is told to the model as the tool's
-output, with the reviewer's note.
+output, with the reviewer's note; so are arguments that are no JSON object, and nobody is asked.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def gated_tool(
     invoke = tool.on_invoke_tool
 
     async def on_invoke_tool(context: Any, input_json: str) -> Any:
-        arguments = json.loads(input_json or "{}")
+        arguments = _arguments(input_json)
+        if arguments is None:
+            return "The call was not made: the arguments are not a JSON object; call the tool again with one."
         try:
             permit = await gate.require(
                 name or tool.name,
@@ -45,3 +47,16 @@ def gated_tool(
         return await gate.run(permit, run)
 
     return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
+
+def _arguments(input_json: str) -> dict[str, Any] | None:
+    """Return the model's arguments as an object, None when they are not one (nor JSON: NaN, Infinity)."""
+    try:
+        arguments = json.loads(input_json or "{}", parse_constant=_refuse)
+    except ValueError:
+        return None
+    return arguments if isinstance(arguments, dict) else None
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
