@@ -608,6 +608,13 @@ def _check_no_agent_rules(agents: dict[str, AgentSpec], path: Path, *, prefix: s
 CEL_VARIABLES = frozenset({"args", "tool", "agent", "account", "run", "now"})
 _programs: dict[str, Any] = {}
 _CEL_POSITION = re.compile(r"<input>:(\d+):(\d+): (.*)")
+# CEL's macros walk a list or map, binding a loop variable: `args.to.all(r, r.endsWith('@corp.com'))`.
+_CEL_MACRO = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
+
+
+def cel_loop_variables(expression: str) -> frozenset[str]:
+    """Return the loop variables the expression's macros bind (none: it walks no list)."""
+    return frozenset(_CEL_MACRO.findall(expression))
 
 
 def compile_cel(expression: str) -> Any:
@@ -632,7 +639,7 @@ def cel_problem(expression: str) -> str:
             line, column, problem = found.groups()
             return f"{problem.strip()} (position {line}:{column})"
         return " ".join(message.split())
-    unknown = sorted(set(program.variables()) - CEL_VARIABLES)
+    unknown = sorted(set(program.variables()) - CEL_VARIABLES - cel_loop_variables(expression))
     if unknown:
         known = ", ".join(sorted(CEL_VARIABLES))
         return f"unknown variable {unknown[0]!r} (known: {known}) (position 1:{expression.find(unknown[0]) + 1})"

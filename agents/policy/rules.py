@@ -14,14 +14,17 @@ scheduled call runs by itself). The verdict's reason says which rule could not b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from agents.policy.config import AgentSpec, Policy, Rule, ToolPolicy
+from agents.policy.config import AgentSpec, Policy, Rule, ToolPolicy, cel_loop_variables
 
 Action = Literal["allow", "deny", "ask", "schedule"]
+# The most items of one list or map in the arguments a rule with a macro (all, exists,
+# exists_one, map, filter) evaluates over; more, and it cannot be evaluated (fails closed).
+MACRO_ITEMS = 1_000
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,8 @@ def evaluate(
     if not tool.rules and not tool.gated:
         return base  # the common unlisted tool: nothing to evaluate
     variables = facts.variables()
-    results = {rule.name: _holds(rule, variables) for rule in tool.rules}
+    too_wide = _too_wide(tool.rules, facts.args)
+    results = {rule.name: _holds(rule, variables, too_wide) for rule in tool.rules}
     failures = [
         f"rule {name!r} could not be evaluated ({problem})" for name, (_, problem) in results.items() if problem
     ]
@@ -172,7 +176,7 @@ def evaluate(
         return replace(base, action="allow", rule=rule.name, reason=said(f"allowed by rule {rule.name}"))
     for rule in (r for r in tool.rules if r.action == "schedule" and matches(r)):
         # A scheduled call runs by itself: a condition that cannot be evaluated asks a person, as a time that cannot.
-        run_at, problem = (None, "") if results[rule.name][1] else _when(rule, variables)
+        run_at, problem = (None, "") if results[rule.name][1] else _when(rule, variables, too_wide)
         if run_at is not None:
             return replace(
                 base, action="schedule", rule=rule.name, reason=said(f"rule {rule.name} schedules"), run_at=run_at
@@ -197,8 +201,9 @@ def evaluate(
 def asked(facts: CallFacts, tool: ToolPolicy) -> tuple[tuple[str, ...], int]:
     """Return who an ask for this call goes to, and how many: the first matching ask rule's, else the tool's."""
     variables = facts.variables()
+    too_wide = _too_wide(tool.rules, facts.args)
     for rule in (r for r in tool.rules if r.action == "ask"):
-        held, problem = _holds(rule, variables)
+        held, problem = _holds(rule, variables, too_wide)
         if held or problem:  # a rule that cannot be evaluated asks: fail closed
             return _askers(rule, tuple(tool.approvers), tool.quorum)
     return tuple(tool.approvers), tool.quorum
@@ -219,8 +224,10 @@ def _rule_deadline(rule: Rule, base: Verdict) -> dict[str, Any]:
     }
 
 
-def _when(rule: Rule, variables: dict[str, Any]) -> tuple[datetime | None, str]:
+def _when(rule: Rule, variables: dict[str, Any], too_wide: str) -> tuple[datetime | None, str]:
     """Evaluate a schedule rule's `at`: (an aware timestamp, "") or (None, the problem)."""
+    if too_wide and cel_loop_variables(rule.at or ""):
+        return None, too_wide
     try:
         result = rule.at_program.execute(variables)
     except Exception as exc:  # noqa: BLE001 — as _holds: a broken expression fails closed
@@ -230,8 +237,10 @@ def _when(rule: Rule, variables: dict[str, Any]) -> tuple[datetime | None, str]:
     return (result if result.tzinfo else result.replace(tzinfo=UTC)), ""
 
 
-def _holds(rule: Rule, variables: dict[str, Any]) -> tuple[bool, str]:
+def _holds(rule: Rule, variables: dict[str, Any], too_wide: str) -> tuple[bool, str]:
     """Evaluate a rule's condition: (held, "") or (False, the problem) when it cannot be evaluated."""
+    if too_wide and cel_loop_variables(rule.when):
+        return False, too_wide
     try:
         result = rule.program.execute(variables)
     except Exception as exc:  # noqa: BLE001 — whatever the library raises, the rule fails closed
@@ -239,6 +248,34 @@ def _holds(rule: Rule, variables: dict[str, Any]) -> tuple[bool, str]:
     if not isinstance(result, bool):
         return False, f"its condition gave {type(result).__name__}, not true or false"
     return result, ""
+
+
+def _too_wide(rules: Sequence[Rule], args: dict[str, Any]) -> str:
+    """Return why the rules' macros may not walk these arguments ("" when they may, or none has a macro).
+
+    CEL has no cost limit, its evaluation holds the GIL, and `map` and `filter` take time
+    quadratic in the list: 10,000 items took seconds, with the whole process stopped.
+    """
+    if not any(cel_loop_variables(f"{rule.when} {rule.at or ''}") for rule in rules):
+        return ""
+    widest = _widest(args)
+    if widest <= MACRO_ITEMS:
+        return ""
+    return f"a list or map of {widest} items is more than a rule's macros walk ({MACRO_ITEMS})"
+
+
+def _widest(value: Any) -> int:
+    """Return the most items of any list or map in the value, however deep (arguments are at most 32 deep)."""
+    widest, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            widest = max(widest, len(item))
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            widest = max(widest, len(item))
+            stack.extend(item)
+    return widest
 
 
 class CheckError(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ import yaml
 from agents import services
 from agents.models import Approval, Grant, Run
 from agents.policy import parse
-from agents.policy.rules import CallFacts, evaluate
+from agents.policy.config import ConfigError
+from agents.policy.rules import MACRO_ITEMS, CallFacts, evaluate
 from agents.services import Remember
 from tests.conftest import ROOT
 from tests.support import flows
@@ -147,3 +149,64 @@ def test_it_leaves_a_call_to_a_person_when_its_schedule_rule_reads_a_missing_arg
     assert run.status == Run.Status.SUSPENDED
     assert (approval.tool, approval.expires_at, approval.rule) == ("refund_request", None, "later")
     assert approval.on_timeout != Approval.OnTimeout.RUN
+
+
+# -- macros: a rule may walk a list, never for ever ------------------------------------------
+
+MACROS = """
+agents:
+  support: {model: demo, tools: [lookup_order, refund_request, send_email]}
+tool_overrides:
+  send_email:
+    rules:
+      - {name: inside, when: "args.to.all(r, r.endsWith('@corp.com'))", action: allow}
+      - {name: doubled, when: "args.to.map(r, r + r).exists(rr, rr == 'xx')", action: deny}
+      - {name: at_night, when: "args.to.exists_one(r, r == 'night@corp.com')", action: schedule, at: "now + duration('1h')"}
+"""
+
+
+def _send_email(to: list[str]) -> object:
+    policy = parse(yaml.safe_load(MACROS), Path("agentfast.yaml"), version="v1")
+    return evaluate(policy, CallFacts(tool="send_email", args={"to": to, "subject": "hi"}, agent="support"))
+
+
+def test_it_loads_rules_whose_macros_bind_a_loop_variable():
+    assert _send_email(["ann@corp.com", "bob@corp.com"]).action == "allow"
+    assert _send_email(["ann@corp.com", "x"]).action == "deny"
+    assert _send_email(["ann@example.com"]).action == "ask"
+    assert _send_email(["night@corp.com", "x@example.com"]).action == "schedule"
+
+
+def test_it_still_refuses_a_variable_no_macro_binds():
+    text = MACROS.replace("r.endsWith('@corp.com'))", "s.endsWith('@corp.com'))")
+
+    with pytest.raises(ConfigError, match=r"rules\[0\]\.when: unknown variable 's'"):
+        parse(yaml.safe_load(text), Path("agentfast.yaml"), version="v1")
+
+
+@pytest.mark.parametrize("to_many", [MACRO_ITEMS + 1, 200_000])
+def test_it_fails_closed_on_a_list_too_long_for_a_rules_macros(to_many):
+    # CEL has no cost limit and its map is quadratic: 200,000 items would hold the process for hours.
+    started = time.perf_counter()
+    verdict = _send_email([f"u{i}@corp.com" for i in range(to_many)])
+
+    assert time.perf_counter() - started < 5
+    assert verdict.action == "deny"  # the deny rule counts as matching; the allow rule does not
+    assert f"a list or map of {to_many} items is more than a rule's macros walk ({MACRO_ITEMS})" in verdict.reason
+
+
+def test_it_evaluates_a_list_as_long_as_a_rules_macros_walk():
+    assert _send_email([f"u{i}@corp.com" for i in range(MACRO_ITEMS)]).action == "allow"
+
+
+def test_it_asks_instead_of_scheduling_over_a_list_too_long_for_a_rules_macros():
+    only_schedule = "\n".join(
+        line for line in MACROS.splitlines() if "name: inside" not in line and "name: doubled" not in line
+    )
+    policy = parse(yaml.safe_load(only_schedule), Path("agentfast.yaml"), version="v1")
+    to = ["night@corp.com", *(f"u{i}@x.com" for i in range(MACRO_ITEMS))]
+
+    verdict = evaluate(policy, CallFacts(tool="send_email", args={"to": to}, agent="support"))
+
+    assert (verdict.action, verdict.run_at) == ("ask", None)
+    assert "rule 'at_night' could not be evaluated (a list or map of 1001 items" in verdict.reason
