@@ -11,6 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents import cli, events, services
+from agents.services import tokens
 from agents.services.errors import InvalidInput
 from dashboard import consumers
 from tests.dashboard.test_consumers import open_socket
@@ -179,3 +180,14 @@ async def test_it_sends_no_event_to_a_timeline_whose_session_expired(alice, monk
     await database_sync_to_async(events.publish)(run_id=run.id, type="run_status", data={"status": "running"})
 
     assert await _closed(communicator) == 4403
+
+
+def test_it_draws_a_tokens_prefix_again_when_it_is_taken(alice, monkeypatch):
+    first, _ = services.token_create(username="alice")
+    draws = iter([first.prefix, first.prefix, "0badcafe"])
+    monkeypatch.setattr(tokens.secrets, "token_hex", lambda _: next(draws))
+
+    second, secret = services.token_create(username="alice", name="second")
+
+    assert second.prefix == "0badcafe" and secret.startswith("af_0badcafe_")
+    assert services.token_authenticate(secret) == alice
