@@ -86,6 +86,7 @@ class _Entry(BaseModel):
 
 Action = Literal["allow", "deny", "ask", "schedule"]
 USER_PREFIX = "user:"
+AGENT_ROLE = "agent"  # the role group of agents' accounts, which never decide
 
 
 def _approver(name: str) -> str:
@@ -95,6 +96,8 @@ def _approver(name: str) -> str:
         raise _problem(f"{name!r} names no one: give a group name or {USER_PREFIX}NAME (nobody could approve)")
     if person != person.strip():
         raise _problem(f"{name!r} has blanks around the name, which no group or user has (nobody could approve)")
+    if name == AGENT_ROLE:
+        raise _problem(f"{name!r} is the group of agents' accounts, which never decide (nobody could approve)")
     return name
 
 

@@ -12,9 +12,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from agents import events, text
+from agents.policy.config import AGENT_ROLE
 from agents.services.errors import InvalidInput
 
-ROLES = ("reviewer", "admin", "agent")
+ROLES = ("reviewer", "admin", AGENT_ROLE)
 _REVIEWER_PERMISSIONS = ("view_approval", "decide_approval", "view_run")
 # Admins are a role, not superusers: they read everything in the Django admin (which is
 # read-only), the audit, and may relay a decision for another existing user.

@@ -43,6 +43,7 @@ DEADLINE = "timeout: 1h, on_timeout: escalate"
         ('{approvers: ["user:  "]}', "tool_overrides.refund_request.approvers[0]"),
         ('{approvers: [" finance"]}', "tool_overrides.refund_request.approvers[0]"),
         ('{approvers: ["user: alice"]}', "tool_overrides.refund_request.approvers[0]"),
+        ('{approvers: [finance, agent]}', "tool_overrides.refund_request.approvers[1]"),
         (f'{{{DEADLINE}, escalate_to: ["user:"]}}', "tool_overrides.refund_request.escalate_to[0]"),
         (
             '{rules: [{name: big, action: ask, approvers: ["user:"]}]}',
