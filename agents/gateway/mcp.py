@@ -40,6 +40,7 @@ from agents.models import Approval
 from agents.policy.config import LISTED, ToolPolicy, mcp_tool_name
 from agents.policy.rules import CallFacts, evaluate
 from agents.services.errors import InvalidInput, ServiceError
+from agents.services.grants import grant_match
 
 Progress = Callable[[float, str], Awaitable[None]]
 PENDING = "APPROVAL_PENDING"
@@ -142,7 +143,8 @@ class Gateway:
             now=timezone.now(),
             account=self.options.owner,
         )
-        verdict = evaluate(gateway.policy_for(policy_tool, unlisted), facts)
+        # With the grants: a call one allows is decided already, as by an allow rule.
+        verdict = evaluate(gateway.policy_for(policy_tool, unlisted), facts, grant_lookup=grant_match)
         return derived if verdict.action == "ask" else f"{derived}_{uuid.uuid4().hex[:12]}"
 
     async def _wait(self, approval_id: str, progress: Progress | None) -> tuple[str, str]:

@@ -256,3 +256,17 @@ def test_it_refuses_at_start_a_server_name_that_cannot_name_its_tools(ledger: Pa
         assert (done.returncode, done.stdout) == (1, "")
         assert done.stderr.startswith(refusal) and done.stderr.count("\n") == 1, done.stderr
     assert _ran(ledger) == []
+
+
+async def test_it_forwards_each_call_a_standing_grant_allows_as_a_call_of_its_own(ledger: Path) -> None:
+    # A grant decides like an allow rule: a deliberate repeat runs again, not the first call's stored result.
+    async with proxy(ledger) as session:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(session.call_tool, "delete_note", {"name": "old"})
+            await _decide(await _await_pending(), "approved", "--remember", "1h", "--remember-scope", "tool")
+        first = await session.call_tool("delete_note", {"name": "tmp"})
+        again = await session.call_tool("delete_note", {"name": "tmp"})
+
+    assert not first.isError and not again.isError
+    assert _ran(ledger) == [("delete_note", "old"), ("delete_note", "tmp"), ("delete_note", "tmp")]
+    assert await _pending() == []
