@@ -27,7 +27,7 @@ from agents.policy import get_policy
 from agents.policy.config import Policy, ToolPolicy
 from agents.policy.rules import CallFacts, Verdict, evaluate
 from agents.services.errors import InvalidInput, ServiceError
-from agents.services.grants import grant_match
+from agents.services.grants import GrantLapsed, grant_match
 from agents.services.steps import (
     PlannedCall,
     _approval,
@@ -104,7 +104,8 @@ def gate_call(*, owner: str, request: GateRequest, unlisted: ToolPolicy | None =
     1. Refuse input that cannot be stored (InvalidInput names the field).
     2. Find or create the session's run; a call id seen before is answered from what is
        stored, or refused (Conflict) when its tool or arguments changed.
-    3. Evaluate the policy and record the call, its approval and events in one transaction.
+    3. Evaluate the policy and record the call, its approval and events in one transaction;
+       evaluate again when a grant that matched lapsed before that transaction (GrantLapsed).
 
     `unlisted` is what the tool needs when agentfast.yaml does not list it (default: it runs).
     """
@@ -122,13 +123,17 @@ def gate_call(*, owner: str, request: GateRequest, unlisted: ToolPolicy | None =
         now=timezone.now(),
         account=owner,
     )
-    verdict = evaluate(policy_for(request.tool, unlisted), facts, grant_lookup=grant_match)
-    try:
-        with transaction.atomic():
-            _record(run, call_id, request, verdict)
-    except IntegrityError:  # the same call gated concurrently: the other request recorded it
-        return _repeat(owner, ToolCall.objects.get(run=run, call_id=call_id), request)
-    return _answer(owner, ToolCall.objects.select_related("run").get(run=run, call_id=call_id))
+    while True:
+        verdict = evaluate(policy_for(request.tool, unlisted), facts, grant_lookup=grant_match)
+        try:
+            with transaction.atomic():
+                _record(run, call_id, request, verdict)
+        except IntegrityError:  # the same call gated concurrently: the other request recorded it
+            return _repeat(owner, ToolCall.objects.get(run=run, call_id=call_id), request)
+        except GrantLapsed:  # revoked or expired since it matched, nothing written: decide without it
+            facts = replace(facts, now=timezone.now())
+            continue
+        return _answer(owner, ToolCall.objects.select_related("run").get(run=run, call_id=call_id))
 
 
 def policy_for(tool: str, unlisted: ToolPolicy | None) -> Policy:

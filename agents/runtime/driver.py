@@ -32,7 +32,7 @@ from agents.policy.rules import CallFacts, Verdict, evaluate
 from agents.runtime import execution, outputs
 from agents.runtime.history import model_messages
 from agents.services import LeaseLost, PlannedCall
-from agents.services.grants import grant_match
+from agents.services.grants import GrantLapsed, grant_match
 from agents.tools import FeedbackRequired, InvalidArguments, RunLater, Tool, ToolError, registry
 
 logger = logging.getLogger(__name__)
@@ -227,11 +227,12 @@ class _Driver:
         """Record a turn with tool calls; return True when the run suspended with it."""
         seq = self._next_seq()
         taken = {call.call_id for call in self.calls}
-        planned: list[PlannedCall] = []
+        call_ids: list[str] = []
         wire: list[dict[str, Any]] = []
         for index, proposed in enumerate(turn.tool_calls, start=1):
             call_id = _call_id(proposed.id, seq, index, taken)
             taken.add(call_id)
+            call_ids.append(call_id)
             wire.append(
                 {
                     "id": call_id,
@@ -239,20 +240,24 @@ class _Driver:
                     "function": {"name": proposed.name, "arguments": proposed.arguments},
                 }
             )
-            planned.append(self._plan(call_id, proposed))
-        nothing_runs_now = all(call.status != ToolCall.Status.PROPOSED for call in planned)
-        suspend = nothing_runs_now and any(call.hitl_mode == Approval.Mode.SUSPEND for call in planned)
-        services.step_open(
-            run_id=self.run.id,
-            owner=self.owner,
-            seq=seq,
-            content=turn.content,
-            tool_calls=wire,
-            calls=planned,
-            suspend=suspend,
-        )
-        self.steps += 1
-        return suspend
+        while True:
+            planned = [self._plan(call_id, call) for call_id, call in zip(call_ids, turn.tool_calls, strict=True)]
+            nothing_runs_now = all(call.status != ToolCall.Status.PROPOSED for call in planned)
+            suspend = nothing_runs_now and any(call.hitl_mode == Approval.Mode.SUSPEND for call in planned)
+            try:
+                services.step_open(
+                    run_id=self.run.id,
+                    owner=self.owner,
+                    seq=seq,
+                    content=turn.content,
+                    tool_calls=wire,
+                    calls=planned,
+                    suspend=suspend,
+                )
+            except GrantLapsed:
+                continue  # a grant lapsed between its match and the write, which wrote nothing: plan without it
+            self.steps += 1
+            return suspend
 
     def _plan(self, call_id: str, proposed: ProposedCall) -> PlannedCall:
         """Classify a proposed call: an error told at once, a low-risk call, or a gated one."""

@@ -3,7 +3,8 @@
 A grant never widens authority. It is created only where its creator could have decided
 the call alone (an active reviewer among the call's approvers, not excluded by four eyes,
 quorum 1 for an approval, the tool's `grants` not false), and the same is checked again
-each time it would apply, against the policy as it is then. A deny rule always wins
+each time it would apply, against the policy as it is then; the transaction that records
+a call it decided checks once more that it is live (grant_use). A deny rule always wins
 (the policy evaluates deny rules first); a remembered rejection wins over a remembered approval.
 
 A grant decides only the calls of the principal it was given for: an internal agent (named
@@ -20,7 +21,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from agents import sql, text
@@ -220,8 +221,8 @@ def _reason(grant: Grant) -> str:
 
 def _still_authorized(grant: Grant, facts: CallFacts, tool: ToolPolicy) -> bool:
     """Check, against the policy as it is now, that the creator could still decide this call alone."""
-    user = User.objects.filter(username=grant.created_by, is_active=True).first()
-    if user is None or eligibility.refusal_of_role(user) is not None:
+    user = _active_reviewer(grant.created_by)
+    if user is None:
         return False
     approvers, quorum = asked(facts, tool)
     if grant.decision == Approval.Status.APPROVED and quorum > 1:
@@ -232,10 +233,27 @@ def _still_authorized(grant: Grant, facts: CallFacts, tool: ToolPolicy) -> bool:
     return not (tool.four_eyes and facts.variables()["run"]["created_by"] == grant.created_by)
 
 
+def _active_reviewer(username: str) -> User | None:
+    """Return the active user of this name while they hold the reviewer role, else None."""
+    user = User.objects.filter(username=username, is_active=True).first()
+    return user if user is not None and eligibility.refusal_of_role(user) is None else None
+
+
+class GrantLapsed(Exception):
+    """The grant that matched a call was revoked or expired, or its creator lost the role, before it was recorded."""
+
+
 def grant_use(*, approval: Approval, verdict: Verdict) -> None:
-    """Count one use of a grant and audit the call it decided (inside the caller's transaction)."""
+    """Count one use of a grant still live and audit the call it decided (inside the caller's transaction).
+
+    The grant was matched before the caller's transaction began: a revoke, an expiry or its
+    creator's deactivation in between raises GrantLapsed, which rolls that transaction back,
+    and the caller plans the call again (grant_match no longer finds this grant).
+    """
     now = timezone.now()
-    Grant.objects.filter(pk=verdict.grant_id).update(uses=F("uses") + 1, last_used_at=now)
+    creator = sql.grant_use(grant_id=verdict.grant_id, now=now)
+    if creator is None or _active_reviewer(creator) is None:
+        raise GrantLapsed(verdict.grant_id)
     audit_append(
         approval_id=approval.pk,
         run_id=approval.run_id,

@@ -62,7 +62,8 @@ def step_open(
     six rows. Return the next free message seq. What the model wrote is repaired first
     (agents.text): one bad character in its JSON must not make the run unreadable. One
     statement on PostgreSQL, unless a rule or grant decided a call (its audit entry joins
-    the same transaction).
+    the same transaction; a grant that lapsed since it matched raises GrantLapsed, and
+    nothing is written).
     """
     content, tool_calls, calls = text.repair(content), text.repair(tool_calls), [_repaired(c) for c in calls]
     messages = [_message_values(run_id, seq, Message.Role.ASSISTANT, content, tool_calls=tool_calls)]

@@ -182,6 +182,20 @@ def _grants_sql() -> str:
         ORDER BY g.decision DESC, g.created_at DESC"""
 
 
+def grant_use(*, grant_id: str, now: datetime) -> str | None:
+    """Count one use of a grant if it is still live (neither revoked nor expired at `now`); return its creator.
+
+    A compare-and-set on the grant's row: a revoke that commits first makes it change
+    nothing (None); one that comes second waits until the caller's transaction ends.
+    """
+    row = _one(
+        f"""UPDATE {Grant._meta.db_table} SET uses = uses + 1, last_used_at = %s
+        WHERE id = %s AND revoked_at IS NULL AND expires_at > %s RETURNING created_by""",
+        [db_time(now), grant_id, db_time(now)],
+    )
+    return None if row is None else row[0]
+
+
 def run_reserve_events(
     *, run_id: str, count: int, columns: tuple[str, ...] = (), pending_suspend: bool = False
 ) -> tuple[Any, ...]:
