@@ -8,23 +8,21 @@ tokens create NAME`) call these; they see only their own calls (another account'
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router, Schema
 from pydantic import ConfigDict, Field
 
-from agents import events
+from agents import events, selectors
 from agents.gateway import services as gateway
-from agents.gateway.selectors import external_call_get
+from agents.gateway.selectors import ExternalCall, external_call_get
 from agents.models import Approval
 from dashboard import sse
-from dashboard.api_auth import Forbidden, signed_in
+from dashboard.api_auth import Forbidden, Unauthenticated, signed_in
 from dashboard.api_schemas import ErrorOut, Id, JsonObject
-from dashboard.auth import is_reviewer
+from dashboard.auth import is_reviewer, session_holds
 from dashboard.hub import Watch, read
 
 GATE = "agents.gate_external"
@@ -124,18 +122,21 @@ async def approval_wait(
     request: HttpRequest, approval_id: Id, timeout: float = Query(30, ge=0, le=MAX_WAIT_SECONDS)
 ) -> dict[str, Any]:
     """Wait up to `timeout` seconds (60 at most) for a decision; answer at once when there is one."""
-    owner = await sync_to_async(_waiter)(request.auth)  # type: ignore[attr-defined]
-    found = await read(partial(external_call_get, owner=owner, approval_id=approval_id))
+    viewer = await sse.viewer_of(request)
+    found = await read(_call_for, viewer, approval_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    # Any message of the run's group, or a quiet tick, is the cue to read the approval again.
-    async with Watch((events.run_group(found.call.run_id),), tick=RECHECK_SECONDS, poll=sse.POLL_SECONDS) as watch:
+    # Any message of the run's group or of the caller's access groups, or a quiet tick, is
+    # the cue to read the call (and the caller's access) again.
+    groups = (events.run_group(found.call.run_id), *viewer.groups)
+    async with Watch(groups, tick=RECHECK_SECONDS, poll=sse.POLL_SECONDS) as watch:
         while True:
-            state = await read(_state, approval_id)
+            state = _state(found)
             remaining = deadline - loop.time()
             if state["status"] != Approval.Status.PENDING or remaining <= 0:
                 return state
             await watch.next(remaining)
+            found = await read(_call_for, viewer, approval_id)
 
 
 def _waiter(user: User) -> str | None:
@@ -147,16 +148,37 @@ def _waiter(user: User) -> str | None:
     raise Forbidden("only agent accounts and reviewers may wait on external calls")
 
 
-def _state(approval_id: str) -> dict[str, Any]:
-    approval = Approval.objects.filter(pk=approval_id).first()
-    if approval is None:  # an unlisted tool: allowed with nobody asked
-        return {"approval_id": approval_id, "status": "approved", "decided_by": "", "note": "", "edited": False}
+def _call_for(viewer: sse.Viewer, approval_id: str) -> ExternalCall:
+    """Return the call as the caller may see it; refuse, as their next request would be, once their access ended."""
+    return external_call_get(owner=_waiter(_still_signed_in(viewer)), approval_id=approval_id)
+
+
+def _still_signed_in(viewer: sse.Viewer) -> User:
+    """Return the caller while their user is active and their token (or session) still holds."""
+    user = selectors.user_get_active(viewer.user_id)
+    if viewer.token_id is not None:
+        if user is None or not selectors.token_is_live(viewer.token_id):
+            raise Unauthenticated("the bearer token is unknown or revoked")
+    elif user is None or not session_holds(user, viewer.session_key):
+        raise Unauthenticated("your sign-in ended: sign in again")
+    return user
+
+
+def _state(found: ExternalCall) -> dict[str, Any]:
+    """Return what a wait answers: the decision, or expired for an allowed call that may no longer run."""
+    approval = found.approval  # None: an unlisted tool, allowed with nobody asked
+    status, decided_by, note = (
+        (approval.status, approval.decided_by, approval.note) if approval else ("approved", "", "")
+    )
+    if status == Approval.Status.APPROVED and found.stopped:  # as a claim (refused) and a gate say
+        status, note = Approval.Status.EXPIRED, f"the run was {found.call.run.status}"
+    edited = approval is not None and approval.arguments is not None
     return {
-        "approval_id": approval_id,
-        "status": approval.status,
-        "decided_by": approval.decided_by,
-        "note": approval.note,
-        "edited": approval.arguments is not None,
+        "approval_id": found.approval_id,
+        "status": status,
+        "decided_by": decided_by,
+        "note": note,
+        "edited": edited,
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 from agents import ids
 
@@ -10,6 +11,9 @@ RUN_PREFIX = "ext_"
 _RUN_DIGEST_CHARS = 32
 RUN_ID_CHARS = len(RUN_PREFIX) + _RUN_DIGEST_CHARS
 APPROVAL_PREFIX = "appr_" + RUN_PREFIX  # as agents.ids.approval_id writes it
+_DIGEST_PREFIX = "h_"
+_CALL_DIGEST_CHARS = 40
+_DIGESTED = re.compile(rf"{_DIGEST_PREFIX}[0-9a-f]{{{_CALL_DIGEST_CHARS}}}")
 
 
 def _digest(*parts: str) -> str:
@@ -23,9 +27,10 @@ def run_id(*, owner: str, agent: str, session: str) -> str:
 
 def call_id(external_call_id: str) -> str:
     """Return the call id stored for an external one: itself when URL-safe, else a digest of it."""
-    if ids.is_safe_call_id(external_call_id):
+    # One shaped like a digest is digested too: sent as is, it would be the call it digests.
+    if ids.is_safe_call_id(external_call_id) and not _DIGESTED.fullmatch(external_call_id):
         return external_call_id
-    return "h_" + _digest(external_call_id)[:40]
+    return _DIGEST_PREFIX + _digest(external_call_id)[:_CALL_DIGEST_CHARS]
 
 
 def approval_id(*, owner: str, agent: str, session: str, external_call_id: str) -> str:

@@ -20,6 +20,11 @@ class ExternalCall:
     approval: Approval | None  # None: an unlisted tool, allowed with no decision to record
 
     @property
+    def stopped(self) -> bool:
+        """Return whether the call's run ended (cancelled) before anyone claimed it: it never runs."""
+        return self.call.executed_at is None and self.call.run.is_terminal
+
+    @property
     def idempotency_key(self) -> str:
         """Return the key the agent passes to the real tool, so a doubled execution is recognisable."""
         return self.approval_id
