@@ -209,11 +209,15 @@ def run_detail(request: HttpRequest, run_id: Id) -> schemas.RunDetail:
     openapi_extra=_streams("The run; with `Accept: text/event-stream`, the events of its drive, then `end`"),
 )
 def run_resume(request: HttpRequest, run_id: Id, after: int | None = Query(None, ge=0, le=MAX_OFFSET)) -> Any:
-    """Resume a run in a worker; with `Accept: text/event-stream`, drive it here and stream it."""
+    """Resume a run in a worker; with `Accept: text/event-stream`, drive it here and stream it.
+
+    A run started with auto_resume off is resumed only by whoever started it or an admin (403 otherwise, audited).
+    """
     _refuse_if_driven(selectors.run_get(run_id))
+    attempt = attempt_from(request, source=AuditEntry.Source.API)
     if not sse.wants_stream(request):
-        return schemas.RunDetail.of(services.run_request_resume(run_id=run_id))
-    run = services.run_request_resume(run_id=run_id, enqueue=False)
+        return schemas.RunDetail.of(services.run_request_resume(run_id=run_id, attempt=attempt))
+    run = services.run_request_resume(run_id=run_id, enqueue=False, attempt=attempt)
     return sse.response(sse.drive_stream(run_id, sse.resume_point(request, after, default=run.last_event_seq)))
 
 

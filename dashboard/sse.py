@@ -294,8 +294,9 @@ class RunFeed:
 
     def _sent(self, seq: int, event: str, data: dict[str, Any]) -> str:
         self.last = seq
-        if event == RunEvent.Type.RUN_STATUS and data.get("status") in Run.TERMINAL:
-            self.ended = True
+        if event == RunEvent.Type.RUN_STATUS:
+            # The last status counts: a failed run that was retried is queued again, not over.
+            self.ended = data.get("status") in Run.TERMINAL
         return frame(event, _payload(self.run_id, seq, event, data), seq)
 
 

@@ -12,15 +12,17 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents import events, ids, queue, sql, text
-from agents.models import Approval, Message, Run, RunEvent, ToolCall
+from agents.models import Approval, AuditEntry, Message, Run, RunEvent, ToolCall
 from agents.policy import ConfigError, agent_for
-from agents.services.errors import InvalidInput, LeaseLost, NotFound, WrongState
+from agents.services.audit import audit_append
+from agents.services.errors import InvalidInput, LeaseLost, NotFound, NotPermitted, WrongState
 from agents.sql.chain import Chain, ChainResult
 
 if TYPE_CHECKING:
     from agents.services.approvals import Attempt
 
 MAX_INPUT_CHARS = 100_000
+ADMIN = "agents.view_auditentry"  # the admin role's permission: admins may resume anyone's run
 
 
 def pending_suspend_approvals() -> Exists:
@@ -254,16 +256,26 @@ def _require_clean(value: Any, *, field: str) -> None:
         raise InvalidInput(exc.message, field=field) from None
 
 
-def run_request_resume(*, run_id: str, enqueue: bool = True) -> Run:
+def run_request_resume(*, run_id: str, enqueue: bool = True, attempt: Attempt | None = None) -> Run:
     """Check that a run has work to do and enqueue it; refuse, saying why, when it has none.
 
     Without `enqueue` the caller drives the run itself (the CLI's --inline, the playground).
+    With an `attempt` (a resume over HTTP), a run started with auto_resume off is resumed
+    only by whoever started it or an admin: its creator means to drive and stream it.
     """
+    if attempt is not None:
+        _require_may_resume(_get(run_id), attempt)
     with transaction.atomic():
         run = _get(run_id)
+        if run.kind == Run.Kind.EXTERNAL:
+            raise WrongState(f"run {run_id} is an external agent's session: that agent drives it, not agentfast")
         if run.status == Run.Status.FAILED:
-            # An explicit resume retries a failed run (a model endpoint that was down).
-            Run.objects.filter(pk=run_id, status=Run.Status.FAILED).update(status=Run.Status.QUEUED, error="")
+            # An explicit resume retries a failed run (a model endpoint that was down). Say so in
+            # its events: replayed, the `failed` before it would otherwise read as the run's end.
+            if Run.objects.filter(pk=run_id, status=Run.Status.FAILED).update(
+                status=Run.Status.QUEUED, error="", updated_at=timezone.now()
+            ):
+                events.publish(run_id=run_id, type=RunEvent.Type.RUN_STATUS, data={"status": "queued"})
         elif run.is_terminal:
             raise WrongState(f"run {run_id} is {run.status}; there is nothing to resume")
         elif run.status == Run.Status.SUSPENDED:
@@ -281,6 +293,31 @@ def run_request_resume(*, run_id: str, enqueue: bool = True) -> Run:
         if enqueue:
             queue.drive_on_commit(run_id)
     return _get(run_id)
+
+
+def _require_may_resume(run: Run, attempt: Attempt) -> None:
+    """Refuse, and audit, a resume of a run its creator drives, by anyone but them or an admin.
+
+    A run that records no creator (started by code, not by a person) is anyone's to resume.
+    """
+    user = attempt.user
+    if run.auto_resume or run.created_by in ("", attempt.actor) or (user is not None and user.has_perm(ADMIN)):
+        return
+    reason = (
+        f"run {run.id} was started by {run.created_by} with auto_resume off, to drive it themselves; "
+        "only they or an admin may resume it"
+    )
+    audit_append(
+        approval_id="",
+        run_id=run.id,
+        action="resume",
+        actor=attempt.actor,
+        source=attempt.source,
+        origin=attempt.origin,
+        outcome=AuditEntry.Outcome.NOT_PERMITTED,
+        detail={"error": reason},
+    )
+    raise NotPermitted(reason)
 
 
 def _get(run_id: str) -> Run:

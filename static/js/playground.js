@@ -124,8 +124,9 @@
       .catch(function (failure) {
         if (controller.signal.aborted || current !== view) return;
         current.driving = false;
-        if (failure.status === 409 || failure.status === 422) {
-          watch(current); // someone else drives it, or it has nothing to do: follow it instead
+        if (failure.status === 403 || failure.status === 409 || failure.status === 422) {
+          // Its creator drives it, someone else does now, or it has nothing to do: follow it instead.
+          watch(current);
         } else {
           problem("Could not resume: " + describe(failure));
         }

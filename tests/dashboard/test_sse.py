@@ -71,6 +71,23 @@ async def test_it_fills_a_lost_push_from_the_table_and_drops_duplicates() -> Non
     assert await feed.live(Shared({"run_id": run.id, "seq": 2, "event": stored[1].type, "data": stored[1].data})) == []
 
 
+async def test_it_follows_a_run_retried_after_it_failed_instead_of_ending_there() -> None:
+    # A resume retries a failed run: its events then say it is queued again, and the stream goes on.
+    feed = sse.RunFeed("run_retried", 0)
+
+    def status(seq: int, value: str) -> Shared:
+        return Shared(
+            {"run_id": "run_retried", "seq": seq, "event": RunEvent.Type.RUN_STATUS, "data": {"status": value}}
+        )
+
+    await feed.live(status(1, "failed"))
+    assert feed.ended
+    await feed.live(status(2, "queued"))
+    assert not feed.ended
+    await feed.live(status(3, "completed"))
+    assert feed.ended
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_it_streams_from_the_table_when_the_channel_layer_is_down(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken() -> None:
