@@ -24,6 +24,7 @@ from typing import Any
 
 REPLACEMENT = "\ufffd"
 MAX_DEPTH = 32  # nesting of JSON values; tool arguments need a handful
+REPORT_DEPTH = 200  # a reported result is cut here when Python's JSON reader cannot recurse that deep
 # Repairing what is already stored keeps nesting up to here (a model's result may be deep).
 MAX_STORED_DEPTH = 200
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
@@ -152,6 +153,54 @@ def loads_lenient(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
         return repair(json.loads(text), max_depth=max_depth)
     except RecursionError:
         raise ValueError(f"nested deeper than {max_depth} levels") from None
+
+
+def loads_report(raw: bytes) -> Any:
+    """Parse JSON that must not be refused for what it holds (a result of a call that ran).
+
+    What Python's reader cannot take is kept in a form it can: values nested deeper than
+    it recurses are cut to "(nested too deep)", and a whole number over its 4,300 digits
+    is kept as its digits' text. Raise ValueError only for text that is not JSON.
+    """
+    try:
+        return json.loads(raw)
+    except (RecursionError, ValueError):
+        text = raw.decode()  # not UTF-8: the UnicodeDecodeError (a ValueError) says so
+        return json.loads(_cut_nesting(text, REPORT_DEPTH), parse_int=_whole_number)
+
+
+def _whole_number(digits: str) -> int | str:
+    try:
+        return int(digits)
+    except ValueError:  # over sys.get_int_max_str_digits()
+        return digits
+
+
+def _cut_nesting(text: str, max_depth: int) -> str:
+    """Return JSON text with each value nested deeper than max_depth replaced by "(nested too deep)"; no recursion."""
+    kept: list[str] = []
+    depth, kept_to, cut_from = 0, 0, -1
+    in_string = escaped = False
+    for index, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth == max_depth + 1 and cut_from < 0:
+                cut_from = index
+        elif char in "]}":
+            depth -= 1
+            if depth == max_depth and cut_from >= 0:
+                kept += [text[kept_to:cut_from], '"(nested too deep)"']
+                kept_to, cut_from = index + 1, -1
+    return "".join([*kept, text[kept_to:]])
 
 
 def dumps(value: Any, **kwargs: Any) -> str:

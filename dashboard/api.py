@@ -118,8 +118,9 @@ class _UniqueKeysParser(Parser):
             raise _EncodedBody(coding)  # a gzip body was read as bytes of JSON: "malformed", the client never knew why
         match = request.resolver_match
         if match is not None and match.url_name == REPORT:
-            # A report says what already ran: refused, it would be lost. Read as JSON reads it.
-            return cast(DictStrAny, json.loads(request.body))
+            # A report says what already ran: refused, it would be lost. Read as JSON reads it,
+            # keeping what Python's reader cannot hold (too deep, too many digits) in a form it can.
+            return cast(DictStrAny, text.loads_report(request.body))
         return cast(DictStrAny, json.loads(request.body, object_pairs_hook=text.unique_object))
 
     def parse_querydict(

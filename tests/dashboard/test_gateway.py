@@ -232,6 +232,30 @@ def test_it_keeps_a_reported_result_that_names_a_key_twice_as_json_reads_it(poli
     assert (gated_twice.status_code, gated_twice.json()["error_code"]) == (400, "duplicate_key")
 
 
+@pytest.mark.parametrize(
+    ("result", "stored"),
+    [
+        pytest.param("[" * 5000 + "]" * 5000, "(nested too deep)", id="nested 5,000 deep"),
+        pytest.param("1" * 5000, "1" * 5000, id="a number of 5,000 digits"),
+    ],
+)
+def test_it_keeps_a_reported_result_pythons_json_reader_cannot_hold(
+    policy: Path, robot: Api, result: str, stored: str
+) -> None:
+    # The call ran: a result too deep or too long a number for the reader is kept in a form it can hold.
+    approval_id = robot.post("/api/gate", _gate_body("small", cents=500)).json()["approval_id"]
+    assert robot.post(f"/api/approvals/{approval_id}/claim").json()["claimed"] is True
+    body = '{"ok": true, "result": {"wire": "W-1", "detail": ' + result + "}}"
+    path = f"/api/approvals/{approval_id}/result"
+
+    reported = robot.client.post(path, data=body, content_type="application/json", headers=robot.headers)
+
+    assert reported.status_code == 200, reported.content
+    kept = ToolCall.objects.get(run__kind=Run.Kind.EXTERNAL).result
+    assert kept["ok"] is True and kept["result"]["wire"] == "W-1"
+    assert json.dumps(kept).count(stored) == 1
+
+
 def test_it_hides_another_agents_calls(policy: Path, robot: Api) -> None:
     approval_id = robot.post("/api/gate", _gate_body()).json()["approval_id"]
     services.user_create(username="spy", role="agent")
