@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from typing import Any
 
 REPLACEMENT = "\ufffd"
@@ -70,6 +71,19 @@ def problem(value: Any, *, max_depth: int = MAX_DEPTH) -> str | None:
         elif isinstance(item, list | tuple):
             stack.extend((child, depth + 1, f"{where}[{index}]") for index, child in enumerate(item))
     return None
+
+
+def require_plain_name(value: str, *, field: str) -> str:
+    """Return a name shown to people unchanged, or raise UnsafeText if it holds a control or invisible format character.
+
+    A zero-width space or a right-to-left override (Unicode categories Cc and Cf) would let
+    one name pass for another in the inbox and the run lists.
+    """
+    require_clean(value, field=field)
+    for char in value:
+        if unicodedata.category(char) in ("Cc", "Cf"):
+            raise UnsafeText(f"{field}: contains U+{ord(char):04X}, a control or invisible character", field=field)
+    return value
 
 
 def require_clean(value: Any, *, field: str) -> Any:

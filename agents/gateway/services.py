@@ -164,11 +164,13 @@ def _validate(request: GateRequest) -> None:
         raise InvalidInput("metadata must be a JSON object", field="metadata")
     if len(request.description) > MAX_DESCRIPTION_CHARS:
         raise InvalidInput(f"description is longer than {MAX_DESCRIPTION_CHARS} characters", field="description")
-    for name in ("agent", "session", "call_id", "arguments", "description", "metadata"):
-        try:
+    try:
+        for name in ("agent", "session", "call_id"):  # shown in the inbox and the run lists
+            text.require_plain_name(getattr(request, name), field=name)
+        for name in ("arguments", "description", "metadata"):
             text.require_clean(getattr(request, name), field=name)
-        except text.UnsafeText as exc:
-            raise InvalidInput(exc.message, field=name) from None
+    except text.UnsafeText as exc:
+        raise InvalidInput(exc.message, field=exc.field) from None
 
 
 def _session_run(owner: str, request: GateRequest) -> Run:

@@ -22,7 +22,7 @@ def savedagent_save(*, owner: User, name: str, definition: dict[str, Any]) -> Sa
     if len(name) > MAX_NAME_CHARS:
         raise InvalidInput(f"a name has at most {MAX_NAME_CHARS} characters", field="name")
     try:
-        text.require_clean(name, field="name")
+        text.require_plain_name(name, field="name")
     except text.UnsafeText as exc:
         raise InvalidInput(str(exc), field="name") from None
     with transaction.atomic():

@@ -165,6 +165,11 @@ def test_it_answers_what_the_policy_says(policy: Path, robot: Api) -> None:
         ({"tool": "wire_money\n"}, "tool"),
         ({"session": ""}, "session"),
         ({"extra": 1}, "extra"),
+        # Names shown to reviewers: invisible and direction characters would let one pass for another.
+        ({"agent": "billing\u202e"}, "agent"),
+        ({"agent": "bill\ning"}, "agent"),
+        ({"session": "thread\u200b-7"}, "session"),
+        ({"call_id": "c\u20601"}, "call_id"),
     ],
 )
 def test_it_refuses_a_gate_request_it_cannot_store(

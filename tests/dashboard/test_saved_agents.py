@@ -75,3 +75,13 @@ def test_it_refuses_to_run_another_persons_saved_agent(
 
     assert response.status_code == 400 and response.json()["field"] == "agent"
     assert not Run.objects.exists()
+
+
+def test_it_refuses_a_name_with_an_invisible_or_direction_character(
+    client_for: Callable[[User], Client], alice: User
+) -> None:
+    # "support\u202e" would read as another name in the runs list.
+    for name in ("mine\u202e", "mi\u200bne"):
+        response = client_for(alice).post("/playground/agents", {**COMPOSED, "agent_name": name})
+        assert response.status_code == 400 and response.json()["field"] in ("name", "agent_name"), response.content
+    assert not SavedAgent.objects.exists()
