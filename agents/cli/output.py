@@ -59,14 +59,20 @@ def json_object(value: str | None, flag: str) -> dict[str, Any] | None:
 
 
 def person(name: str, flag: str = "--by") -> str:
-    """Return a person's name given as `flag`; refuse one longer than the columns that record it.
+    """Return a person's name given as `flag`, without blanks around it; refuse one blank, odd or too long.
 
-    Past them PostgreSQL refused the write ("database error") or the name was cut, so the
-    audit named someone other than the one given; SQLite stored it whole, past the column.
+    Past the columns that record it, PostgreSQL refused the write ("database error") or the
+    name was cut, so the audit named someone other than the one given; SQLite stored it whole.
     """
+    name = name.strip()
+    if not name:
+        raise CliError(f"{flag}: give a name; nothing changed")  # a blank name would be recorded as who decided
     if len(name) > MAX_NAME:
         raise CliError(f"{flag}: at most {MAX_NAME} characters; nothing changed")
-    return name
+    try:
+        return text.require_plain_name(name, field=flag)
+    except text.UnsafeText as exc:
+        raise CliError(f"{exc.message}; nothing changed") from None
 
 
 def attempt(by: str) -> Any:

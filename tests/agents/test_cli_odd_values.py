@@ -66,6 +66,36 @@ def test_it_refuses_a_name_longer_than_the_audit_records_changing_nothing(db, ca
     assert not AuditEntry.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("by", "problem"),
+    [
+        ("   ", "--by: give a name"),
+        ("ali\u202ece", "--by: contains U+202E, a control or invisible character"),
+        ("alice\nbob", "--by: contains U+000A, a control or invisible character"),
+    ],
+    ids=["blank", "direction override", "newline"],
+)
+def test_it_refuses_a_name_that_would_record_nobody_or_pass_for_another(db, capsys, by, problem):
+    # A blank decider was recorded as who approved; an override or a newline reads as someone else.
+    run = start(REFUND)
+    [approval] = pending(run)
+
+    decided = cli.main(["approvals", "approve", approval.id, "--no-resume", "--by", by])
+    started = cli.main(["runs", "start", "--agent", "support", "--inline", "--by", by, REFUND])
+
+    assert (decided, started) == (1, 1)
+    assert capsys.readouterr().err == f"agentfast: {problem}; nothing changed\n" * 2
+    assert Approval.objects.get(pk=approval.id).status == "pending"
+    assert Run.objects.count() == 1 and not AuditEntry.objects.exists()
+
+
+def test_it_records_a_name_without_the_blanks_around_it(db, capsys):
+    [approval] = pending(start(REFUND))
+
+    assert cli.main(["approvals", "approve", approval.id, "--by", "  alice ", "--no-resume"]) == 0
+    assert Approval.objects.get(pk=approval.id).decided_by == "alice"
+
+
 def test_it_refuses_to_start_a_run_by_a_name_longer_than_the_column(db, capsys):
     code = cli.main(["runs", "start", "--agent", "support", "--inline", "--by", "x" * 151, REFUND])
     captured = capsys.readouterr()
