@@ -448,7 +448,7 @@ def test_it_refuses_to_cancel_a_run_without_saying_who_cancels(db, capsys, by):
 
     code, _, err = run_cli(capsys, "runs", "cancel", run.id, "--by", by)
 
-    assert (code, err) == (1, "agentfast: who cancels is required\n")
+    assert (code, err) == (1, "agentfast: --by: give a name; nothing changed\n")
     assert Run.objects.get(pk=run.id).status == "suspended"
     assert not AuditEntry.objects.filter(run_id=run.id).exists()
 

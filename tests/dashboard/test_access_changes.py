@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
+from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
@@ -21,9 +25,18 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PASSWORD = "a new long passphrase 42"
 
 
+@pytest.fixture(autouse=True)
+async def _close_thread_connections() -> AsyncIterator[None]:
+    """Close the connections of sync_to_async's threads, which a socket's re-checks opened: later tests count them."""
+    yield
+    await sync_to_async(connections.close_all)()
+
+
 async def _closed(communicator: WebsocketCommunicator) -> int:
+    """Return the close code the socket's app sent, once the app has finished."""
     output = await communicator.receive_output(timeout=5)
     assert output["type"] == "websocket.close", output
+    await communicator.disconnect()
     return output["code"]
 
 
