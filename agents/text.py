@@ -21,6 +21,7 @@ import json
 import math
 import re
 import unicodedata
+from collections.abc import Iterator
 from typing import Any
 
 REPLACEMENT = "\ufffd"
@@ -193,27 +194,13 @@ def _whole_number(digits: str) -> int | str:
 def _cut_nesting(text: str, max_depth: int) -> str:
     """Return JSON text with each value nested deeper than max_depth replaced by "(nested too deep)"; no recursion."""
     kept: list[str] = []
-    depth, kept_to, cut_from = 0, 0, -1
-    in_string = escaped = False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            if depth == max_depth + 1 and cut_from < 0:
-                cut_from = index
-        elif char in "]}":
-            depth -= 1
-            if depth == max_depth and cut_from >= 0:
-                kept += [text[kept_to:cut_from], '"(nested too deep)"']
-                kept_to, cut_from = index + 1, -1
+    kept_to, cut_from = 0, -1
+    for index, bracket, depth in _brackets(text):
+        if bracket in "[{" and depth == max_depth + 1 and cut_from < 0:
+            cut_from = index
+        elif bracket in "]}" and depth == max_depth and cut_from >= 0:
+            kept += [text[kept_to:cut_from], '"(nested too deep)"']
+            kept_to, cut_from = index + 1, -1
     return "".join([*kept, text[kept_to:]])
 
 
@@ -232,9 +219,14 @@ def _refuse_constant(name: str) -> Any:
 
 def _nesting(text: str) -> int:
     """Return the deepest bracket nesting of JSON text, ignoring brackets inside strings (cheap, no recursion)."""
-    depth = deepest = 0
+    return max((depth for _, bracket, depth in _brackets(text) if bracket in "[{"), default=0)
+
+
+def _brackets(text: str) -> Iterator[tuple[int, str, int]]:
+    """Yield each bracket of JSON text outside its strings: its index, itself, and the depth once it is read."""
+    depth = 0
     in_string = escaped = False
-    for char in text:
+    for index, char in enumerate(text):
         if in_string:
             if escaped:
                 escaped = False
@@ -244,12 +236,9 @@ def _nesting(text: str) -> int:
                 in_string = False
         elif char == '"':
             in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
+        elif char in "[{]}":
+            depth += 1 if char in "[{" else -1
+            yield index, char, depth
 
 
 def _describe(char: str) -> str:
