@@ -15,14 +15,14 @@ from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router, Schema
 from pydantic import ConfigDict, Field
 
-from agents import events, selectors
+from agents import events
 from agents.gateway import services as gateway
 from agents.gateway.selectors import ExternalCall, external_call_get
 from agents.models import Approval
 from dashboard import sse
 from dashboard.api_auth import Forbidden, Unauthenticated, signed_in
 from dashboard.api_schemas import ErrorOut, Id, JsonObject
-from dashboard.auth import is_reviewer, session_holds
+from dashboard.auth import is_reviewer
 from dashboard.hub import Watch, read
 
 GATE = "agents.gate_external"
@@ -155,11 +155,10 @@ def _call_for(viewer: sse.Viewer, approval_id: str) -> ExternalCall:
 
 def _still_signed_in(viewer: sse.Viewer) -> User:
     """Return the caller while their user is active and their token (or session) still holds."""
-    user = selectors.user_get_active(viewer.user_id)
-    if viewer.token_id is not None:
-        if user is None or not selectors.token_is_live(viewer.token_id):
-            raise Unauthenticated("the bearer token is unknown or revoked")
-    elif user is None or not session_holds(user, viewer.session_key):
+    user = sse.signed_in_user(viewer)
+    if user is None and viewer.token_id is not None:
+        raise Unauthenticated("the bearer token is unknown or revoked")
+    if user is None:
         raise Unauthenticated("your sign-in ended: sign in again")
     return user
 
@@ -170,7 +169,7 @@ def _state(found: ExternalCall) -> dict[str, Any]:
     status, decided_by, note = (
         (approval.status, approval.decided_by, approval.note) if approval else ("approved", "", "")
     )
-    if status == Approval.Status.APPROVED and found.stopped:  # as a claim (refused) and a gate say
+    if found.allowed and found.stopped:  # as a claim (refused) and a gate say
         status, note = Approval.Status.EXPIRED, f"the run was {found.call.run.status}"
     edited = approval is not None and approval.arguments is not None
     return {

@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import close_old_connections
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -206,14 +207,20 @@ def _token_id(token: str) -> int | None:
 
 
 def _may_still_watch(viewer: Viewer) -> bool:
+    user = signed_in_user(viewer)
+    return user is not None and is_reviewer(user)
+
+
+def signed_in_user(viewer: Viewer) -> User | None:
+    """Return the viewer's user while it is active and its token (or session) still holds, else None."""
     user = selectors.user_get_active(viewer.user_id)
-    if user is None or not is_reviewer(user):
-        return False
+    if user is None:
+        return None
     if viewer.token_id is not None:
-        return selectors.token_is_live(viewer.token_id)
+        return user if selectors.token_is_live(viewer.token_id) else None
     if viewer.session_key is not None:
-        return session_holds(user, viewer.session_key)
-    return True
+        return user if session_holds(user, viewer.session_key) else None
+    return user
 
 
 _shared: dict[tuple[Any, ...], tuple[int, float, asyncio.Future[Any]]] = {}

@@ -20,6 +20,11 @@ class ExternalCall:
     approval: Approval | None  # None: an unlisted tool, allowed with no decision to record
 
     @property
+    def allowed(self) -> bool:
+        """Return whether the call may run: approved, or an unlisted tool nobody is asked about."""
+        return self.approval is None or self.approval.status == Approval.Status.APPROVED
+
+    @property
     def stopped(self) -> bool:
         """Return whether the call's run ended (cancelled) before anyone claimed it: it never runs."""
         return self.call.executed_at is None and self.call.run.is_terminal

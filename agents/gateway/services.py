@@ -287,16 +287,10 @@ def _same_json(stored: Any, given: Any) -> bool:
     return type(stored) is type(given) and stored == given
 
 
-def _stopped(call: ToolCall) -> bool:
-    """Return whether the call's run ended (cancelled) before anyone claimed it: it never runs."""
-    return call.executed_at is None and call.run.is_terminal
-
-
 def _answer(owner: str, call: ToolCall) -> GateAnswer:
     found = external_call_get(owner=owner, approval_id=_approval_id_of(call))
     approval = found.approval
-    allowed = approval is None or approval.status == Approval.Status.APPROVED
-    if allowed and _stopped(found.call):  # as its pending approvals are, on cancel
+    if found.allowed and found.stopped:  # as its pending approvals are, on cancel
         decision, reason, rule = "expired", f"the run was {found.call.run.status}", approval.rule if approval else ""
     elif approval is None:  # an unlisted tool: allowed, no decision to record
         decision, reason, rule = "allowed", "", ""
@@ -328,7 +322,7 @@ def external_call_claim(*, owner: str, approval_id: str) -> Claim:
     if approval is not None and approval.status not in _EXECUTABLE:
         state = "denied" if approval.decided_by.startswith("policy:") else approval.status
         raise NotClaimable(f"approval {approval_id} is {state}: it may not run", code=f"approval_{state}", state=state)
-    if _stopped(found.call):  # answered "expired" when gated again
+    if found.stopped:  # answered "expired" when gated again
         status = found.call.run.status
         raise NotClaimable(
             f"the run of approval {approval_id} was {status}: it may not run", code=f"run_{status}", state="expired"
