@@ -28,6 +28,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -615,6 +616,7 @@ _CEL_POSITION = re.compile(r"<input>:(\d+):(\d+): (.*)")
 _CEL_MACRO = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
 
 
+@cache  # as compile_cel: the file's few expressions, asked again at every call a rule evaluates
 def cel_loop_variables(expression: str) -> frozenset[str]:
     """Return the loop variables the expression's macros bind (none: it walks no list)."""
     return frozenset(_CEL_MACRO.findall(expression))

@@ -20,6 +20,7 @@ from agents.policy.config import USER_PREFIX
 from agents.sql import JsonArrayHasAny
 
 DECIDE = "agents.decide_approval"
+ADMIN = "agents.view_auditentry"  # the admin role's permission: admins may revoke anyone's grant, resume anyone's run
 # Approvals any active reviewer may decide: no approvers named, no four eyes.
 OPEN_TO_ALL = Q(approvers=[], four_eyes=False)
 

@@ -33,7 +33,6 @@ from agents.services import eligibility
 from agents.services.audit import audit_append
 from agents.services.errors import InvalidInput, NotFound, NotPermitted
 
-ADMIN = "agents.view_auditentry"  # the admin role's permission: admins may revoke anyone's grant
 MIN_SECONDS = 60
 MAX_SECONDS = 7 * 24 * 3600  # a week: a standing decision is reviewed again at least that often
 
@@ -161,7 +160,7 @@ def grant_revoke(*, grant_id: str, actor: str, source: str) -> Grant:
 
 def _is_admin(username: str) -> bool:
     user = User.objects.filter(username=username, is_active=True).first()
-    return user is not None and user.has_perm(ADMIN)
+    return user is not None and user.has_perm(eligibility.ADMIN)
 
 
 def _find(grant_id: str) -> Grant | None:

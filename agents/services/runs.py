@@ -14,6 +14,7 @@ from django.utils import timezone
 from agents import events, ids, queue, sql, text
 from agents.models import Approval, AuditEntry, Message, Run, RunEvent, ToolCall
 from agents.policy import ConfigError, agent_for
+from agents.services import eligibility
 from agents.services.audit import audit_append
 from agents.services.errors import InvalidInput, LeaseLost, NotFound, NotPermitted, WrongState
 from agents.sql.chain import Chain, ChainResult
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from agents.services.approvals import Attempt
 
 MAX_INPUT_CHARS = 100_000
-ADMIN = "agents.view_auditentry"  # the admin role's permission: admins may resume anyone's run
 
 
 def pending_suspend_approvals() -> Exists:
@@ -301,7 +301,11 @@ def _require_may_resume(run: Run, attempt: Attempt) -> None:
     A run that records no creator (started by code, not by a person) is anyone's to resume.
     """
     user = attempt.user
-    if run.auto_resume or run.created_by in ("", attempt.actor) or (user is not None and user.has_perm(ADMIN)):
+    if (
+        run.auto_resume
+        or run.created_by in ("", attempt.actor)
+        or (user is not None and user.has_perm(eligibility.ADMIN))
+    ):
         return
     reason = (
         f"run {run.id} was started by {run.created_by} with auto_resume off, to drive it themselves; "

@@ -15,6 +15,7 @@ from django.utils import timezone
 from agents import events, sql
 from agents.models import ApiToken
 from agents.services.errors import InvalidInput, NotFound
+from agents.services.users import username_as_typed
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 _NAME_CHARS = cast(int, ApiToken._meta.get_field("name").max_length)
@@ -31,8 +32,7 @@ def token_create(*, username: str, name: str = "") -> tuple[ApiToken, str]:
     # Checked here, not left to the database: SQLite stores any length, PostgreSQL raises.
     if len(name) > _NAME_CHARS:
         raise InvalidInput(f"a token's name is at most {_NAME_CHARS} characters, not {len(name)}", field="name")
-    # As the sign-in form reads a name (NFKC: "ａlice" is alice), and as user names are stored.
-    user = User.objects.filter(username=User.normalize_username(username).strip(), is_active=True).first()
+    user = User.objects.filter(username=username_as_typed(username), is_active=True).first()  # as names are stored
     if user is None:
         raise InvalidInput(f"no active user {username!r} (create one with `agentfast users create`)", field="user")
     # The prefix (32 bits, unique) is drawn again when taken: about one draw in 4,300 at 1,000,000 tokens.

@@ -103,9 +103,14 @@ def _approver_groups(names: list[str]) -> list[Group]:
     return [Group.objects.get_or_create(name=name)[0] for name in names]
 
 
+def username_as_typed(username: str) -> str:
+    """Return a user name as the sign-in form reads it (NFKC: "ａlice" is alice), without blanks around it."""
+    return User.normalize_username(username).strip()
+
+
 def _valid_username(username: str) -> str:
     """Return the name as the sign-in form reads it (NFKC, no surrounding blanks), or raise InvalidInput."""
-    username = User.normalize_username(username).strip()
+    username = username_as_typed(username)
     if not username:
         raise InvalidInput("the user name is empty", field="username")
     if len(username) > _USERNAME_CHARS:
@@ -135,7 +140,7 @@ def user_set_password(*, username: str, password: str) -> User:
 
 def _user_named(username: str) -> User:
     """Return the user of exactly this name, else the one user it names ignoring case; or raise InvalidInput."""
-    name = User.normalize_username(username).strip()
+    name = username_as_typed(username)
     exact = User.objects.filter(username=name).first()
     if exact is not None:
         return exact
