@@ -15,7 +15,7 @@ from agents import events, notify, queue, sql, text
 from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, ToolCall, Vote, arguments_digest
 from agents.policy.config import ConfigError, ToolPolicy, get_policy
 from agents.policy.rules import CallFacts, GrantMatch, Verdict, evaluate
-from agents.services import eligibility, grants
+from agents.services import eligibility, grants, runs
 from agents.services.audit import CHAIN_LOCK, audit_append
 from agents.services.errors import (
     AlreadyDecided,
@@ -122,6 +122,8 @@ def approval_decide(
                     raise _Overdue
                 arguments = _validated(approval, decision, attempt, note, feedback, arguments, payload)
                 _check_permitted(approval, decision, attempt, remember)
+                if auto_resume:
+                    _check_resume_permitted(approval, attempt)
                 if approval.status == Approval.Status.PENDING:
                     _check_digest(approval, expect_digest)
                     if arguments is not None:
@@ -201,6 +203,13 @@ def _check_permitted(approval: Approval, decision: str, attempt: Attempt, rememb
         message = f"this decision cannot be remembered: {reason}"
         detail = {"error": message, "remember": {"scope": remember.scope, "for_seconds": remember.seconds}}
         raise _Refused(AuditEntry.Outcome.NOT_PERMITTED, detail, NotPermitted(message, field="remember"))
+
+
+def _check_resume_permitted(approval: Approval, attempt: Attempt) -> None:
+    """Refuse `auto_resume: true` on a run its creator drives, from anyone else: a resume would take it from them."""
+    reason = runs.resume_refusal(approval.run, attempt)
+    if reason is not None:
+        raise _Refused(AuditEntry.Outcome.NOT_PERMITTED, {"error": reason}, NotPermitted(reason, field="auto_resume"))
 
 
 def _check_digest(approval: Approval, expected: str) -> None:

@@ -212,13 +212,16 @@ def run_cancel(*, run_id: str, attempt: Attempt) -> Run:
         run = _locked(run_id)
         if run.is_terminal:
             raise WrongState(f"run {run_id} is {run.status}; only a run that has not ended can be cancelled")
-        running = list(
-            ToolCall.objects.filter(run_id=run_id, status=ToolCall.Status.RUNNING, result__isnull=True).values_list(
-                "name", flat=True
-            )
-        )
+        running = ToolCall.objects.filter(run_id=run_id, status=ToolCall.Status.RUNNING, result__isnull=True)
         if running:
-            raise WrongState(f"run {run_id} is running {', '.join(running)} now; cancel it once that has finished")
+            calls = ", ".join(
+                f"{name} (claimed at {claimed:%H:%M:%S} UTC)"
+                for name, claimed in running.order_by("executed_at").values_list("name", "executed_at")
+            )
+            raise WrongState(
+                f"run {run_id} is running {calls} now; cancel it once that has finished "
+                "(if its worker died, it is marked in doubt once its claim runs out)"
+            )
         Run.objects.filter(pk=run_id).update(
             status=Run.Status.CANCELLED, lease_owner="", lease_expires_at=None, updated_at=timezone.now()
         )
@@ -296,21 +299,10 @@ def run_request_resume(*, run_id: str, enqueue: bool = True, attempt: Attempt | 
 
 
 def _require_may_resume(run: Run, attempt: Attempt) -> None:
-    """Refuse, and audit, a resume of a run its creator drives, by anyone but them or an admin.
-
-    A run that records no creator (started by code, not by a person) is anyone's to resume.
-    """
-    user = attempt.user
-    if (
-        run.auto_resume
-        or run.created_by in ("", attempt.actor)
-        or (user is not None and user.has_perm(eligibility.ADMIN))
-    ):
+    """Refuse, and audit, a resume of a run its creator drives, by anyone but them or an admin."""
+    reason = resume_refusal(run, attempt)
+    if reason is None:
         return
-    reason = (
-        f"run {run.id} was started by {run.created_by} with auto_resume off, to drive it themselves; "
-        "only they or an admin may resume it"
-    )
     audit_append(
         approval_id="",
         run_id=run.id,
@@ -322,6 +314,25 @@ def _require_may_resume(run: Run, attempt: Attempt) -> None:
         detail={"error": reason},
     )
     raise NotPermitted(reason)
+
+
+def resume_refusal(run: Run, attempt: Attempt) -> str | None:
+    """Return why `attempt` may not resume the run (None: it may): its creator drives it, with auto_resume off.
+
+    Only they or an admin may. A run that records no creator (started by code, not by a
+    person) is anyone's to resume.
+    """
+    user = attempt.user
+    if (
+        run.auto_resume
+        or run.created_by in ("", attempt.actor)
+        or (user is not None and user.has_perm(eligibility.ADMIN))
+    ):
+        return None
+    return (
+        f"run {run.id} was started by {run.created_by} with auto_resume off, to drive it themselves; "
+        "only they or an admin may resume it"
+    )
 
 
 def _get(run_id: str) -> Run:

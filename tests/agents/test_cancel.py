@@ -92,8 +92,12 @@ def test_it_refuses_to_cancel_while_a_claimed_call_runs(db):
     decide(approval, "approved", auto_resume=False)
     assert services.toolcall_claim(tool_call=ToolCall.objects.get(pk=approval.tool_call_id)) is not None
 
-    with pytest.raises(services.WrongState, match="running refund_request"):
+    with pytest.raises(services.WrongState, match="running refund_request") as refused:
         cancel(run)
+    claimed_at = ToolCall.objects.get(pk=approval.tool_call_id).executed_at
+    # A hurried admin learns when it was claimed, and what ends a claim whose worker died.
+    assert f"claimed at {claimed_at:%H:%M:%S} UTC" in refused.value.message
+    assert "if its worker died, it is marked in doubt once its claim runs out" in refused.value.message
 
     assert Run.objects.get(pk=run.id).status != Run.Status.CANCELLED
 

@@ -11,7 +11,8 @@ from django.test import Client
 
 from agents import services
 from agents.gateway import services as gateway
-from agents.models import AuditEntry, Run, RunEvent
+from agents.models import Approval, AuditEntry, Run, RunEvent
+from tests.support.flows import pending, start
 
 REFUND = "Refund order A1001 for 25.00 USD"
 
@@ -82,6 +83,46 @@ def test_it_lets_anyone_resume_a_run_that_resumes_by_itself(
         response = post(client, "bob", f"/api/runs/{run.id}/resume")
     assert response.status_code == 200
     assert len(callbacks) == 1
+
+
+def decide_over_api(client: Client, username: str, approval_id: str, **body: Any) -> Any:
+    return post(client, username, f"/api/approvals/{approval_id}/decide", {"decision": "approved", **body})
+
+
+def test_it_refuses_a_decision_that_would_resume_someone_elses_run_with_auto_resume_off(
+    client: Client, alice: User, bob: User, django_capture_on_commit_callbacks: Any
+) -> None:
+    [approval] = pending(start(REFUND, auto_resume=False))  # bob's run, to drive himself
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = decide_over_api(client, "alice", approval.id, auto_resume=True)
+    assert response.status_code == 403
+    body = response.json()
+    assert (body["error_code"], body.get("field")) == ("not_permitted", "auto_resume")
+    assert "bob" in body["message"]
+    assert callbacks == []
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.PENDING  # the decision is not half made
+    entry = AuditEntry.objects.get(approval_id=approval.id)
+    assert (entry.actor, entry.outcome) == ("alice", AuditEntry.Outcome.NOT_PERMITTED)
+
+
+def test_it_takes_a_decision_that_leaves_someone_elses_run_to_its_creator(
+    client: Client, alice: User, bob: User
+) -> None:
+    [approval] = pending(start(REFUND, auto_resume=False))
+    response = decide_over_api(client, "alice", approval.id)
+    assert response.status_code == 200
+    assert response.json()["resume_enqueued"] is False  # bob resumes it himself
+
+
+@pytest.mark.parametrize("who", ["bob", "carol"])
+def test_it_lets_the_creator_or_an_admin_decide_and_resume_a_run_with_auto_resume_off(
+    client: Client, bob: User, carol: User, who: str
+) -> None:
+    [approval] = pending(start(REFUND, auto_resume=False))
+    response = decide_over_api(client, who, approval.id, auto_resume=True)
+    assert response.status_code == 200
+    assert response.json()["resume_enqueued"] is True
 
 
 # -- external runs are driven by their agent, never by a worker -------------------------
