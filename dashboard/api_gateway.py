@@ -17,7 +17,7 @@ from pydantic import ConfigDict, Field
 
 from agents import events
 from agents.gateway import services as gateway
-from agents.gateway.selectors import ExternalCall, external_call_get
+from agents.gateway.selectors import GATE_PERMISSION, ExternalCall, external_call_get
 from agents.models import Approval
 from dashboard import sse
 from dashboard.api_auth import Forbidden, Unauthenticated, signed_in
@@ -25,7 +25,6 @@ from dashboard.api_schemas import ErrorOut, Id, JsonObject
 from dashboard.auth import is_reviewer
 from dashboard.hub import Watch, read
 
-GATE = "agents.gate_external"
 MAX_WAIT_SECONDS = 60
 RECHECK_SECONDS = 1.0  # a missed push (a restarted channel layer) costs at most this much
 
@@ -62,7 +61,10 @@ class ConflictGateOut(ErrorOut):
 class WaitOut(Schema):
     approval_id: str
     status: Literal["pending", "approved", "rejected", "expired"]
-    decided_by: str = Field(description="A person, or policy:<rule>; empty while pending")
+    decision: Literal["allowed", "denied", "pending", "rejected", "expired"] = Field(
+        description="What the gate answers now: denied when a rule or a standing grant refused, rejected when a person did"
+    )
+    decided_by: str = Field(description="A person, policy:<rule> or grant:<id>; empty while pending")
     note: str
     edited: bool = Field(description="A reviewer edited the arguments: claim returns the edited ones")
 
@@ -98,7 +100,7 @@ def _conflict(exc: gateway.GateConflict) -> JsonResponse:
 def _agent(request: HttpRequest) -> str:
     """Return the calling agent account's name, or refuse a caller without the agent role."""
     user: User = request.auth  # type: ignore[attr-defined]
-    if not user.has_perm(GATE):
+    if not user.has_perm(GATE_PERMISSION):
         raise Forbidden("only agent accounts may gate, claim and report calls (agentfast users create --role agent)")
     return user.get_username()
 
@@ -143,7 +145,7 @@ def _waiter(user: User) -> str | None:
     """Return whose calls the user may wait on: their own (agent), any (None: a reviewer)."""
     if is_reviewer(user):
         return None
-    if user.has_perm(GATE):
+    if user.has_perm(GATE_PERMISSION):
         return user.get_username()
     raise Forbidden("only agent accounts and reviewers may wait on external calls")
 
@@ -175,6 +177,7 @@ def _state(found: ExternalCall) -> dict[str, Any]:
     return {
         "approval_id": found.approval_id,
         "status": status,
+        "decision": found.decision,
         "decided_by": decided_by,
         "note": note,
         "edited": edited,

@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
+
 from agents import text
 from agents.gateway import ids as gateway_ids
 from agents.models import Approval, Run, RunEvent, ToolCall
 from agents.services.errors import NotFound
 
 APPROVAL_ID_CHARS = Approval._meta.get_field("id").max_length
+GATE_PERMISSION = "agents.gate_external"  # the agent role's: gate, claim and report its own calls
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,21 @@ class ExternalCall:
     def stopped(self) -> bool:
         """Return whether the call's run ended (cancelled) before anyone claimed it: it never runs."""
         return self.call.executed_at is None and self.call.run.is_terminal
+
+    @property
+    def decision(self) -> str:
+        """Return what the gate answers for the call: allowed, pending, denied, rejected or expired.
+
+        Denied: a rule or a standing grant refused it, nobody was asked; rejected: a person did.
+        """
+        approval = self.approval
+        if self.allowed and self.stopped:  # as its pending approvals are, on cancel
+            return "expired"
+        if approval is None or approval.status == Approval.Status.APPROVED:
+            return "allowed"
+        if approval.status != Approval.Status.PENDING and approval.decided_by.startswith(("policy:", "grant:")):
+            return "denied"
+        return str(approval.status)
 
     @property
     def idempotency_key(self) -> str:
@@ -69,3 +87,9 @@ def external_request(approval_id: str, run_id: str) -> dict[str, Any]:
     )
     asked = (data or {}).get("external")
     return asked if isinstance(asked, dict) else {}
+
+
+def account_may_gate(username: str) -> bool:
+    """Return whether the account is active and may gate calls now (the agent role), as its token would be judged."""
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    return user is not None and user.has_perm(GATE_PERMISSION)

@@ -289,19 +289,12 @@ def _same_json(stored: Any, given: Any) -> bool:
 
 def _answer(owner: str, call: ToolCall) -> GateAnswer:
     found = external_call_get(owner=owner, approval_id=_approval_id_of(call))
-    approval = found.approval
-    if found.allowed and found.stopped:  # as its pending approvals are, on cancel
-        decision, reason, rule = "expired", f"the run was {found.call.run.status}", approval.rule if approval else ""
-    elif approval is None:  # an unlisted tool: allowed, no decision to record
-        decision, reason, rule = "allowed", "", ""
-    elif approval.status == Approval.Status.PENDING:
-        decision, reason, rule = "pending", "", approval.rule
-    elif approval.status == Approval.Status.APPROVED:
-        decision, reason, rule = "allowed", approval.note, approval.rule
-    elif approval.decided_by.startswith(("policy:", "grant:")):
-        decision, reason, rule = "denied", approval.note, approval.rule
+    approval, decision = found.approval, found.decision
+    rule = approval.rule if approval is not None else ""
+    if decision == "expired" and found.stopped:
+        reason = f"the run was {found.call.run.status}"
     else:
-        decision, reason, rule = approval.status, approval.note, approval.rule
+        reason = approval.note if approval is not None and decision != "pending" else ""
     return GateAnswer(decision, found.approval_id, reason, rule, found.idempotency_key)
 
 
@@ -320,7 +313,7 @@ def external_call_claim(*, owner: str, approval_id: str) -> Claim:
     found = external_call_get(owner=owner, approval_id=approval_id)
     approval = found.approval
     if approval is not None and approval.status not in _EXECUTABLE:
-        state = "denied" if approval.decided_by.startswith("policy:") else approval.status
+        state = found.decision
         raise NotClaimable(f"approval {approval_id} is {state}: it may not run", code=f"approval_{state}", state=state)
     if found.stopped:  # answered "expired" when gated again
         status = found.call.run.status

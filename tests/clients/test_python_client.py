@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 from agentfast_client import AsyncGate, Denied, Gate, Rejected, StillPending
+from agentfast_client._core import _after_wait
 
+from agents import services
 from agents.models import ToolCall
 from tests.clients.conftest import Server
+from tests.support import flows
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +82,7 @@ def test_it_raises_rejected_with_the_reviewers_note(server: Server) -> None:
 
     assert isinstance(outcome["error"], Rejected)
     assert outcome["error"].note == "not this supplier"
+    assert (outcome["error"].decision, outcome["error"].status) == ("rejected", 0)  # status: HTTP's, as every GateError
     assert ran == []
 
 
@@ -116,3 +120,21 @@ def test_it_reports_a_result_json_cannot_carry_as_it_is_and_keeps_it(server: Ser
     assert again == {"ratio": None, "peak": None, "file": "report\ufffd.csv"}  # what was stored
     assert ran == ["load"]
     assert ToolCall.objects.get(name="measure").status == ToolCall.Status.SUCCEEDED
+
+
+def test_it_raises_denied_for_a_wait_that_ends_in_a_refusal_nobody_made(server: Server, alice: Any) -> None:
+    # A standing grant that rejects decides the second call as it is gated: the wait on it says denied.
+    gate = Gate(server.url, server.agent_token, agent="billing", session="thread-9")
+    first = server.approval_id(agent="billing", session="thread-9", call_id="c1")
+    with pytest.raises(StillPending):
+        gate.require("wire_money", {"cents": 700}, call_id="c1", timeout=0)
+    flows.decide(first, "rejected", note="never", remember=services.Remember.of("exact", 3600))
+
+    with pytest.raises(Denied) as denied:
+        gate.require("wire_money", {"cents": 700}, call_id="c2")
+    assert denied.value.reason.startswith("a remembered rejection by alice")
+    state = gate.wait(server.approval_id(agent="billing", session="thread-9", call_id="c2"), timeout=0)
+    assert (state["status"], state["decision"]) == ("rejected", "denied")
+    with pytest.raises(Denied) as waited:
+        _after_wait(state)  # what require() makes of a wait's answer
+    assert waited.value.reason == denied.value.reason

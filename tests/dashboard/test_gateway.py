@@ -275,6 +275,7 @@ def test_it_answers_pending_at_the_wait_timeout(policy: Path, robot: Api) -> Non
     assert waited.json() == {
         "approval_id": approval_id,
         "status": "pending",
+        "decision": "pending",
         "decided_by": "",
         "note": "",
         "edited": False,
@@ -336,6 +337,7 @@ def test_it_wakes_a_waiting_client_when_a_reviewer_decides(live: str, robot_toke
         {
             "approval_id": approval_id,
             "status": "rejected",
+            "decision": "rejected",
             "decided_by": "alice",
             "note": "not this supplier",
             "edited": False,

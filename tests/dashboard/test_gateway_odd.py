@@ -15,6 +15,7 @@ from django.test import AsyncClient, Client
 from agents import services
 from agents.models import Run, ToolCall
 from tests.dashboard.test_gateway import POLICY, Api, _gate_body
+from tests.support import flows
 
 T = TypeVar("T")
 
@@ -125,6 +126,44 @@ def test_it_answers_a_wait_on_an_allowed_call_of_a_cancelled_run_as_expired(
     assert (claimed["error_code"], claimed["state"]) == ("run_cancelled", "expired")
     assert again["decision"] == "expired"
     assert (waited["status"], waited["note"]) == ("expired", "the run was cancelled")
+
+
+def test_it_says_denied_alike_in_the_gate_the_wait_and_the_claim_when_a_rule_refuses(policy: Path, robot: Api) -> None:
+    gated = robot.post("/api/gate", _gate_body("c1", cents=200_000)).json()
+    waited = robot.get(f"/api/approvals/{gated['approval_id']}/wait", timeout=0).json()
+    claimed = robot.post(f"/api/approvals/{gated['approval_id']}/claim").json()
+
+    assert gated["decision"] == "denied"
+    assert (waited["decision"], waited["note"]) == ("denied", "wires over 1,000.00 need a ticket")
+    assert (claimed["error_code"], claimed["state"]) == ("approval_denied", "denied")
+
+
+def test_it_says_denied_alike_in_the_gate_the_wait_and_the_claim_when_a_standing_grant_refuses(
+    policy: Path, robot: Api, alice: User
+) -> None:
+    first = robot.post("/api/gate", _gate_body("c1", cents=2000)).json()["approval_id"]
+    flows.decide(first, "rejected", by="alice", note="never to ACME", remember=services.Remember.of("exact", 3600))
+    gated = robot.post("/api/gate", _gate_body("c2", cents=2000)).json()
+    waited = robot.get(f"/api/approvals/{gated['approval_id']}/wait", timeout=0).json()
+    claimed = robot.post(f"/api/approvals/{gated['approval_id']}/claim").json()
+
+    assert gated["decision"] == "denied"
+    assert waited["decision"] == "denied" and waited["decided_by"].startswith("grant:")
+    assert (claimed["error_code"], claimed["state"]) == ("approval_denied", "denied")
+
+
+@pytest.mark.parametrize(("decision", "answer"), [("approved", "allowed"), ("rejected", "rejected")])
+def test_it_says_in_the_wait_what_a_gate_would_answer_for_a_persons_decision(
+    policy: Path, robot: Api, alice: User, decision: str, answer: str
+) -> None:
+    approval_id = robot.post("/api/gate", _gate_body("c1", cents=2000)).json()["approval_id"]
+    assert robot.get(f"/api/approvals/{approval_id}/wait", timeout=0).json()["decision"] == "pending"
+    flows.decide(approval_id, decision, by="alice")
+
+    waited = robot.get(f"/api/approvals/{approval_id}/wait", timeout=0).json()
+    again = robot.post("/api/gate", _gate_body("c1", cents=2000)).json()
+    assert (waited["status"], waited["decision"]) == (decision, answer)
+    assert again["decision"] == answer
 
 
 # -- odd call ids ---------------------------------------------------------------------------

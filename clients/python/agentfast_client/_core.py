@@ -49,11 +49,14 @@ class Denied(GateError):
 
 
 class Rejected(GateError):
-    """A reviewer rejected the call (or its deadline passed); `note` is the reviewer's."""
+    """A reviewer rejected the call (or its deadline passed); `note` is the reviewer's.
 
-    def __init__(self, note: str, *, approval_id: str, status: str = "rejected") -> None:
-        super().__init__(f"{status}: {note}" if note else status)
-        self.note, self.approval_id, self.status = note, approval_id, status
+    `decision` is "rejected" or "expired"; `status` stays the HTTP status, as on every GateError.
+    """
+
+    def __init__(self, note: str, *, approval_id: str, decision: str = "rejected") -> None:
+        super().__init__(f"{decision}: {note}" if note else decision)
+        self.note, self.approval_id, self.decision = note, approval_id, decision
 
 
 class StillPending(GateError):
@@ -150,14 +153,17 @@ def _after_gate(answer: dict[str, Any]) -> str | None:
     if decision == "denied":
         raise Denied(answer.get("reason", ""), approval_id=answer["approval_id"], rule=answer.get("rule"))
     if decision in ("rejected", "expired"):
-        raise Rejected(answer.get("reason", ""), approval_id=answer["approval_id"], status=decision)
+        raise Rejected(answer.get("reason", ""), approval_id=answer["approval_id"], decision=decision)
     return answer["approval_id"] if decision == "pending" else None
 
 
 def _after_wait(state: dict[str, Any]) -> bool:
-    """Return whether it was approved (False: still pending); raise when rejected or expired."""
-    if state["status"] in ("rejected", "expired"):
-        raise Rejected(state.get("note", ""), approval_id=state["approval_id"], status=state["status"])
+    """Return whether it was approved (False: still pending); raise when denied, rejected or expired."""
+    decision = state.get("decision") or state["status"]  # an older server answers its status alone
+    if decision == "denied":
+        raise Denied(state.get("note", ""), approval_id=state["approval_id"])
+    if decision in ("rejected", "expired"):
+        raise Rejected(state.get("note", ""), approval_id=state["approval_id"], decision=decision)
     return state["status"] == "approved"
 
 
