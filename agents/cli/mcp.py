@@ -11,8 +11,6 @@ from typing import Any
 
 from agents.cli.output import CliError, command
 
-GATE_PERMISSION = "agents.gate_external"
-
 
 def register(groups: Any) -> None:
     """Add the `mcp-proxy` command."""
@@ -37,12 +35,10 @@ def register(groups: Any) -> None:
 
 
 def _proxy(args: argparse.Namespace) -> None:
-    from django.contrib.auth import get_user_model
-
     from agents.gateway import mcp
+    from agents.gateway.selectors import account_may_gate
 
-    account = get_user_model().objects.filter(username=args.account, is_active=True).first()
-    if account is None or not account.has_perm(GATE_PERMISSION):
+    if not account_may_gate(args.account):
         raise CliError(
             f"--account {args.account}: no active agent account (agentfast users create {args.account} --role agent)"
         )

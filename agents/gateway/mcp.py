@@ -35,7 +35,7 @@ from mcp.shared.exceptions import McpError
 from agents import text
 from agents.gateway import ids as gateway_ids
 from agents.gateway import services as gateway
-from agents.gateway.selectors import approval_state
+from agents.gateway.selectors import account_may_gate, approval_state
 from agents.models import Approval
 from agents.policy.config import LISTED, ToolPolicy, mcp_tool_name
 from agents.policy.rules import CallFacts, evaluate
@@ -44,6 +44,7 @@ from agents.services.grants import grant_match
 
 Progress = Callable[[float, str], Awaitable[None]]
 PENDING = "APPROVAL_PENDING"
+ACCOUNT_ENDED = "account_ended"  # a wait's status: the proxy's account may no longer gate
 # The errors the SDK makes up itself when no answer came (the connection closed, or its read
 # timeout passed): the upstream may or may not have run the call. Every other error is its answer.
 UNANSWERED = frozenset({types.CONNECTION_CLOSED, httpx.codes.REQUEST_TIMEOUT})
@@ -92,12 +93,16 @@ class Gateway:
         tool = self.tools.get(name) or {tool.name: tool for tool in await self.list_tools()}.get(name)
         if tool is None:
             return _error(f"unknown tool {text.repair(name)!r}")
+        if not await sync_to_async(account_may_gate)(self.options.owner):
+            return self._account_ended()
         try:
             answer = await sync_to_async(self._gate)(tool, arguments)
         except ServiceError as exc:
             return _error(exc.message)
         if answer.decision == "pending":
             status, note = await self._wait(answer.approval_id, progress)
+            if status == ACCOUNT_ENDED:
+                return self._account_ended()
             if status == "pending":
                 return _error(
                     f"{PENDING}: approval {answer.approval_id} awaits a reviewer; "
@@ -147,11 +152,21 @@ class Gateway:
         verdict = evaluate(gateway.policy_for(policy_tool, unlisted), facts, grant_lookup=grant_match)
         return derived if verdict.action == "ask" else f"{derived}_{uuid.uuid4().hex[:12]}"
 
+    def _account_ended(self) -> types.CallToolResult:
+        return _error(
+            f"the account {self.options.owner!r} may no longer gate calls (deactivated, or its agent role "
+            "removed): nothing was forwarded"
+        )
+
     async def _wait(self, approval_id: str, progress: Progress | None) -> tuple[str, str]:
-        """Wait for a decision up to the limit, telling the client it waits; return (status, note)."""
+        """Wait for a decision up to the limit, telling the client it waits; return (status, note).
+
+        The status is ACCOUNT_ENDED once the account may no longer gate: as the HTTP gate's
+        wait ends when its token stops working, an approval given after that runs nothing.
+        """
         waited = 0.0
         while True:
-            status, note = await sync_to_async(_decision)(approval_id)
+            status, note = await sync_to_async(_decision)(self.options.owner, approval_id)
             if status != "pending" or waited >= self.options.wait_seconds:
                 return status, note
             if progress is not None:
@@ -190,7 +205,9 @@ class Gateway:
         return result
 
 
-def _decision(approval_id: str) -> tuple[str, str]:
+def _decision(owner: str, approval_id: str) -> tuple[str, str]:
+    if not account_may_gate(owner):
+        return ACCOUNT_ENDED, ""
     status = approval_state(approval_id)
     if status in ("rejected", "expired"):
         return status, Approval.objects.values_list("note", flat=True).get(pk=approval_id)

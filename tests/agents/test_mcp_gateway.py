@@ -270,3 +270,30 @@ async def test_it_forwards_each_call_a_standing_grant_allows_as_a_call_of_its_ow
     assert not first.isError and not again.isError
     assert _ran(ledger) == [("delete_note", "old"), ("delete_note", "tmp"), ("delete_note", "tmp")]
     assert await _pending() == []
+
+
+@sync_to_async
+def _deactivate(username: str) -> None:
+    User.objects.filter(username=username).update(is_active=False)
+
+
+async def test_it_forwards_nothing_once_its_account_is_deactivated_while_a_call_waits(ledger: Path) -> None:
+    # As the HTTP gate's token stops working: an approval given after the account ended runs nothing.
+    async with proxy(ledger) as session:
+        async with anyio.create_task_group() as tasks:
+            results: list[types.CallToolResult] = []
+
+            async def call() -> None:
+                results.append(await session.call_tool("delete_note", {"name": "old"}))
+
+            tasks.start_soon(call)
+            approval_id = await _await_pending()
+            await _deactivate("mcp")
+            await _decide(approval_id, "approved")
+        later = await session.call_tool("read_note", {"name": "todo"})
+
+    assert results[0].isError and "'mcp' may no longer gate calls" in _text(results[0])
+    assert later.isError and "'mcp' may no longer gate calls" in _text(later)
+    assert _ran(ledger) == []
+    call = await sync_to_async(ToolCall.objects.get)(name="mcp.notes.delete_note")
+    assert call.executed_at is None  # never claimed: nothing is in doubt
