@@ -69,13 +69,22 @@ def _start(args: argparse.Namespace) -> None:
     if args.inline:
         runtime.drive(run.id)
     elif args.wait:
-        _wait(run.id, args.timeout)
+        try:
+            _wait(run.id, args.timeout)
+        except CliError:
+            if args.json:  # the run exists: a script reading stdout must still learn its id
+                print_json(_as_json(selectors.run_get(run.id)))
+            raise
     run = selectors.run_get(run.id)
     if args.json:
-        return print_json({"id": run.id, "status": run.status})
+        return print_json(_as_json(run))
     echo(f"{run.id} {run.status}")
     _print_outcome(run)
     return None
+
+
+def _as_json(run: Any) -> dict[str, str]:
+    return {"id": run.id, "status": run.status}
 
 
 def _require_broker() -> None:

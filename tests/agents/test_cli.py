@@ -162,6 +162,18 @@ def test_it_refuses_to_start_a_run_without_a_broker_and_creates_nothing(db, caps
     assert not Run.objects.exists()
 
 
+def test_it_prints_the_run_as_json_when_wait_times_out_so_a_script_keeps_its_id(db, capsys, broker):
+    # No worker takes the run: the wait runs out, but the run exists and the script must be able to find it.
+    code, out, err = run_cli(
+        capsys, "runs", "start", "--agent", "support", "--wait", "--timeout", "0.2", "--json", REFUND
+    )
+
+    assert code == 1
+    body = json.loads(out)
+    assert body == {"id": Run.objects.get().id, "status": "queued"}
+    assert err.startswith(f"agentfast: {body['id']} did not pause or finish within 0.2s") and err.count("\n") == 1
+
+
 def test_it_creates_users_with_roles(db, capsys):
     code, out, _ = run_cli(capsys, "users", "create", "dora", "--role", "reviewer")
     assert code == 0 and "created reviewer dora with password" in out

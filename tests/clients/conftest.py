@@ -93,8 +93,9 @@ def openai_agents_python() -> Path:
     with (venv.parent / "openai-agents-venv.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (python.exists() and stamp.exists() and stamp.read_text() == stamp_text):
-            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-            install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            uv = [sys.executable, "-m", "uv", "--quiet"]
+            subprocess.run([*uv, "venv", "--clear", "--python", sys.executable, str(venv)], check=True)
+            install = [*uv, "pip", "install", "--python", str(python)]
             subprocess.run([*install, "-e", f"{client}[openai-agents]"], check=True, timeout=600)
             stamp.write_text(stamp_text)
     return python
