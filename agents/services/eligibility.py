@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 
-from agents.models import Approval, Run, Vote
+from agents.models import Approval, AuditEntry, Run, Vote
 from agents.policy.config import USER_PREFIX
 from agents.sql import JsonArrayHasAny
 
@@ -73,19 +73,47 @@ def _refusal_of_named(
     return f"{username!r} is no active user, and this call names who may decide it"
 
 
-def counted_voters(approval: Approval, votes: Iterable[Vote], voters: _Voters | None = None) -> list[str]:
+def counted_voters(
+    approval: Approval,
+    votes: Iterable[Vote],
+    voters: _Voters | None = None,
+    decided: dict[str, list[str]] | None = None,
+) -> list[str]:
     """Return whose approvals of the current arguments count towards the quorum, in order (`votes` oldest first).
 
     A vote counts only while its voter may decide: someone deactivated, or taken out of the
     approvers' group, since they voted no longer has a say. A quorum of one is decided by its
-    first vote, which counts as cast. `voters`: the voters as a page of cards read them at once.
+    first vote, which counts as cast. Once decided, the approvals that counted then are the
+    ones shown (`decided_voters`): someone who has left since still approved it.
+    `voters`, `decided`: what a page of cards read for all of them at once.
     """
     counted = approval.voters_counted(votes)
     if approval.quorum == 1:
         return counted
+    if approval.status != Approval.Status.PENDING:
+        recorded = (decided_voters([approval]) if decided is None else decided).get(approval.pk)
+        if recorded is not None:
+            return recorded
     if voters is None:
         return [name for name in counted if refusal_for_name(name, approval) is None]
     return [name for name in counted if voters.refusal(name, approval) is None]
+
+
+def decided_voters(approvals: Iterable[Approval]) -> dict[str, list[str]]:
+    """Return, by approval id, whose approvals counted when each decided quorum was decided, as its audit entry says.
+
+    One read for all of them; an approval still pending, of a quorum of one, or decided
+    without a vote counted (expired) is not in it.
+    """
+    ids = [a.pk for a in approvals if a.quorum > 1 and a.status != Approval.Status.PENDING]
+    if not ids:
+        return {}
+    entries = AuditEntry.objects.filter(approval_id__in=ids, outcome=AuditEntry.Outcome.DECIDED)
+    return {
+        approval_id: detail["votes"]
+        for approval_id, detail in entries.values_list("approval_id", "detail")
+        if isinstance(detail, dict) and isinstance(detail.get("votes"), list)
+    }
 
 
 def refusal_of_relayer(relayer: str, username: str, approval: Approval) -> str | None:
@@ -137,8 +165,9 @@ def _count_votes(approvals: list[Approval]) -> None:
     for vote in Vote.objects.filter(approval_id__in=list(votes)).order_by("created_at", "id"):
         votes[vote.approval_id].append(vote)
     voters = _Voters.read({vote.voter for approval in approvals if approval.quorum > 1 for vote in votes[approval.pk]})
+    decided = decided_voters(approvals)
     for approval in approvals:
-        approval.page_counted_voters = counted_voters(approval, votes[approval.pk], voters)
+        approval.page_counted_voters = counted_voters(approval, votes[approval.pk], voters, decided)
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-from agents import services
+from agents import schemas, services
 from agents.models import Approval, AuditEntry, Grant
 from agents.policy import ConfigError, get_policy
 from agents.policy.rules import CallFacts, evaluate
+from agents.services import eligibility
 from agents.services.audit import entry_fields, entry_hash
 from agents.services.deadlines import approval_deadline_fire
 from agents.services.errors import NotPermitted
@@ -141,6 +142,29 @@ def test_it_stops_counting_a_vote_once_its_voter_is_deactivated(
     result = decide(approval, "approved", by="alice", auto_resume=False)
 
     assert (result.outcome, result.approval.status) == ("voted", Approval.Status.PENDING)
+
+
+def test_it_shows_a_decided_quorum_as_it_was_reached_after_a_voter_leaves(
+    agent_config: Callable[[str], Path], alice: User, carol: User
+):
+    agent_config(support_yaml(quorum=2))
+    _reviewer("dave")
+    _reviewer("erin")
+    [approval] = pending(start(REFUND))
+    decide(approval, "approved", by="dave", auto_resume=False)
+    assert decide(approval, "approved", by="erin", auto_resume=False).approval.status == Approval.Status.APPROVED
+
+    dave = User.objects.get(username="dave")
+    dave.is_active = False
+    dave.save()
+
+    decided = Approval.objects.get(pk=approval.pk)
+    assert decided.tally == "2 of 2 approvals: dave, erin"  # not "1 of 2": it was approved by two
+    eligibility.mark(alice, [decided])
+    assert decided.tally == "2 of 2 approvals: dave, erin"  # a page of cards reads it alike
+    detail = schemas.ApprovalDetail.of(decided).model_dump()
+    assert detail["tally"] == "2 of 2 approvals: dave, erin"
+    assert [vote["counts"] for vote in detail["votes"]] == [True, True]
 
 
 # -- edits -------------------------------------------------------------------------------
