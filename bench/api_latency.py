@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         target = setup.prepare()
         redis = setup.start_redis()
-        with _django(target):
+        with setup.django_migrated(target):
             results = _run(args, target)
     except setup.BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
@@ -82,24 +81,6 @@ def main(argv: list[str] | None = None) -> int:
         setup.stop_redis(redis)
     print(json.dumps(results, indent=2) if args.json else render(results))
     return 0
-
-
-@contextmanager
-def _django(target: setup.Target) -> Iterator[None]:
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connections
-
-    from bench import measure
-
-    measure.progress(f"migrating a fresh {target.engine} database ({target.label})")
-    call_command("migrate", verbosity=0, interactive=False)
-    try:
-        yield
-    finally:
-        connections.close_all()
 
 
 # -- processes ---------------------------------------------------------------------------

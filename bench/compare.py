@@ -30,9 +30,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Annotated, Any, Self, TypedDict
 from urllib.parse import unquote, urlsplit
 
@@ -76,9 +75,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--throughput-only", action="store_true", help="only the throughput pass (no round trip, no storage)"
     )
-    parser.add_argument(
-        "--approvers", type=int, default=4, help="threads the approving client decides on (default 4)"
-    )
+    parser.add_argument("--approvers", type=int, default=4, help="threads the approving client decides on (default 4)")
     parser.add_argument(
         "--sqlite",
         action="store_true",
@@ -129,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         model = SlowModel(args.delay).start()
         (setup.VAR_DIR / "bench.yaml").write_text(_config(model.base_url))
         redis = setup.start_redis()
-        with _django(target):
+        with setup.django_migrated(target):
             print(render(_run(args, target, model, _conninfo(postgres_url))))
     except setup.BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
@@ -154,22 +151,6 @@ def _config(base_url: str) -> str:
         "    max_steps: 10\n"
     )
     return setup.CONFIG.replace("tool_overrides:", slow + "tool_overrides:")
-
-
-@contextmanager
-def _django(target: setup.Target) -> Iterator[None]:
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connections
-
-    progress(f"migrating a fresh {target.engine} database ({target.label})")
-    call_command("migrate", verbosity=0, interactive=False)
-    try:
-        yield
-    finally:
-        connections.close_all()
 
 
 def progress(message: str) -> None:

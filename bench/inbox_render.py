@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         redis = setup.start_redis()
         from bench import scale
 
-        with scale._django(target):
+        with setup.django_migrated(target):
             print(_render(_run(args, scale), target, args))
     except setup.BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)

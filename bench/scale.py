@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         target = setup.prepare(fresh=not args.reuse)
         redis = setup.start_redis()
-        with _django(target):
+        with setup.django_migrated(target):
             print(render(_run(args, target)))
     except setup.BenchError as exc:
         print(f"bench: {exc}", file=sys.stderr)
@@ -90,22 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         setup.stop_workers()
         setup.stop_redis(redis)
     return 0
-
-
-@contextmanager
-def _django(target: setup.Target) -> Iterator[None]:
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connections
-
-    progress(f"migrating the {target.engine} database ({target.label})")
-    call_command("migrate", verbosity=0, interactive=False)
-    try:
-        yield
-    finally:
-        connections.close_all()
 
 
 def progress(message: str) -> None:

@@ -9,6 +9,8 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -258,3 +260,20 @@ def stop_workers() -> None:
     """Stop every worker this process started (the bench's last line of defence)."""
     for worker in list(_workers):
         worker.stop()
+
+
+@contextmanager
+def django_migrated(target: Target) -> Iterator[None]:
+    """Set Django up on the bench database and migrate it; close every connection at the end."""
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connections
+
+    print(f"bench: migrating the {target.engine} database ({target.label})", file=sys.stderr, flush=True)
+    call_command("migrate", verbosity=0, interactive=False)
+    try:
+        yield
+    finally:
+        connections.close_all()
