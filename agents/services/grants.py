@@ -239,19 +239,20 @@ def _active_reviewer(username: str) -> User | None:
 
 
 class GrantLapsed(Exception):
-    """The grant that matched a call was revoked or expired, or its creator lost the role, before it was recorded."""
+    """The grant that matched a call was revoked or expired, or its creator lost their say, before it was recorded."""
 
 
 def grant_use(*, approval: Approval, verdict: Verdict) -> None:
     """Count one use of a grant still live and audit the call it decided (inside the caller's transaction).
 
-    The grant was matched before the caller's transaction began: a revoke, an expiry or its
-    creator's deactivation in between raises GrantLapsed, which rolls that transaction back,
-    and the caller plans the call again (grant_match no longer finds this grant).
+    The grant was matched before the caller's transaction began: a revoke, an expiry, or its
+    creator no longer able to decide the call alone (deactivated, out of its approvers) in
+    between raises GrantLapsed, which rolls that transaction back, and the caller plans the
+    call again (grant_match no longer finds this grant).
     """
     now = timezone.now()
     creator = sql.grant_use(grant_id=verdict.grant_id, now=now)
-    if creator is None or _active_reviewer(creator) is None:
+    if creator is None or eligibility.refusal_for_name(creator, approval) is not None:
         raise GrantLapsed(verdict.grant_id)
     audit_append(
         approval_id=approval.pk,

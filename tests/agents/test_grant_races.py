@@ -22,6 +22,7 @@ from django.utils import timezone
 from agents import services
 from agents.models import Approval, AuditEntry, Grant, Run, SideEffect
 from tests.support import flows
+from tests.support.policies import support_yaml
 
 HOUR = services.Remember(scope="exact", seconds=3600)
 REFUND = "Refund order A1001 for 25.00 USD"
@@ -135,6 +136,20 @@ def test_it_asks_a_person_when_the_grants_creator_is_deactivated_before_the_call
         user.save(update_fields=["is_active"])
 
     with committed_after_the_grant_is_read(deactivate):
+        run = flows.start(REFUND)
+
+    assert _refund_of(run).status == Approval.Status.PENDING
+    _grant_decided_nothing(grant)
+
+
+def test_it_asks_a_person_when_the_grants_creator_leaves_the_approvers_before_the_call_is_recorded(
+    transactional_db, agent_config, alice, bob
+):
+    agent_config(support_yaml(approvers=["finance"]))
+    services.user_set_groups(username="alice", groups=("finance",))
+    grant = _remembered("approved")
+
+    with committed_after_the_grant_is_read(lambda: services.user_set_groups(username="alice", groups=())):
         run = flows.start(REFUND)
 
     assert _refund_of(run).status == Approval.Status.PENDING
