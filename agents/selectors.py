@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db.models import (
     BooleanField,
     Count,
@@ -25,8 +27,19 @@ from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Greatest
 from django.utils import timezone
 
-from agents import sql
-from agents.models import ApiToken, Approval, AuditEntry, Grant, Message, Run, RunEvent, SavedAgent, SideEffect
+from agents import sql, text
+from agents.models import (
+    ApiToken,
+    Approval,
+    AuditEntry,
+    DeliveryAttempt,
+    Grant,
+    Message,
+    Run,
+    RunEvent,
+    SavedAgent,
+    SideEffect,
+)
 from agents.services.errors import NotFound
 
 # The events the cross-run approval feed carries.
@@ -69,6 +82,44 @@ def newest_first_after(items: QuerySet[Any], *, created_at: datetime, pk: str) -
     return items.filter(created_at__lte=created_at).exclude(created_at=created_at, pk__gte=pk)
 
 
+def newest_first_after_row(items: QuerySet[Any], pk: str) -> QuerySet[Any] | None:
+    """Return the items after the row with id `pk` in newest-first order; None when no row has that id.
+
+    The row need not be among the items any more (an approval decided since it was shown):
+    the list goes on from where it stood.
+    """
+    anchor = _row_position(items, pk, "pk", "created_at")
+    return None if anchor is None else newest_first_after(items, created_at=anchor[1], pk=anchor[0])
+
+
+def oldest_first_after_row(approvals: QuerySet[Approval], approval_id: str) -> QuerySet[Approval] | None:
+    """Return the approvals after this one in the inbox's oldest order (nearest deadline, then longest waiting).
+
+    None when there is no such approval. The order puts approvals with no deadline last, so
+    after one with a deadline come the later deadlines, then every approval without one.
+    """
+    anchor = _row_position(approvals, approval_id, "pk", "expires_at", "created_at")
+    if anchor is None:
+        return None
+    pk, expires_at, created_at = anchor
+    later = Q(created_at__gt=created_at) | Q(created_at=created_at, pk__gt=pk)
+    if expires_at is None:
+        return approvals.filter(Q(expires_at__isnull=True) & later)
+    same_deadline = Q(expires_at=expires_at) & later
+    return approvals.filter(Q(expires_at__gt=expires_at) | same_deadline | Q(expires_at__isnull=True))
+
+
+def _row_position(items: QuerySet[Any], pk: str, *fields: str) -> tuple[Any, ...] | None:
+    """Return these fields of the row of `items`' model with this id, or None: no such row, or no id of the model."""
+    if not pk or len(pk) > 200 or text.problem(pk) is not None:  # PostgreSQL refuses a NUL in a query
+        return None
+    try:
+        position: tuple[Any, ...] | None = items.model.objects.filter(pk=pk).values_list(*fields).first()
+    except (ValueError, ValidationError):  # not an id of this model at all (an audit entry's is a number)
+        return None
+    return position
+
+
 def count_up_to(items: QuerySet[Any], limit: int) -> int:
     """Return how many items there are, counting no further than `limit` (a bounded read, not a COUNT(*) of all)."""
     return items.order_by().values("pk")[:limit].count()
@@ -78,15 +129,28 @@ def _search(words: str) -> Q:
     """Match every word in the tool, the arguments (proposed or edited), the run's input or the notes."""
     matches = Q()
     for word in words.split():
+        in_arguments = Q()
+        for spelling in _json_spellings(word):
+            in_arguments |= Q(tool_call__arguments__icontains=spelling) | Q(arguments__icontains=spelling)
         matches &= (
             Q(tool__icontains=word)
-            | Q(tool_call__arguments__icontains=word)
-            | Q(arguments__icontains=word)
+            | in_arguments
             | Q(run__input__icontains=word)
             | Q(note__icontains=word)
             | Q(feedback__icontains=word)
         )
     return matches
+
+
+def _json_spellings(word: str) -> list[str]:
+    """Return the ways a word is written inside a JSON column's text, the word itself first.
+
+    The arguments are searched as JSON text: SQLite's keeps every non-ASCII character as
+    a \\uXXXX escape (PostgreSQL's as itself), and both escape quotes and backslashes, so
+    "Müller" or C:\\tmp written as typed would never match the arguments that hold them.
+    """
+    spellings = [word, json.dumps(word)[1:-1], json.dumps(word, ensure_ascii=False)[1:-1]]
+    return list(dict.fromkeys(spellings))
 
 
 def approval_run_positions(approvals: Iterable[Approval]) -> dict[str, tuple[int, int]]:
@@ -391,6 +455,11 @@ def approvals_opened_and_closed(*, since: datetime) -> QuerySet[Approval]:
 
 def pending_approval_count() -> int:
     return Approval.objects.filter(status=Approval.Status.PENDING).count()
+
+
+def notification_failure_count() -> int:
+    """Return how many notification delivery attempts failed, ever (attempts are kept: the count never goes down)."""
+    return DeliveryAttempt.objects.exclude(error="").count()  # a failed attempt always says why
 
 
 def run_counts_by_status() -> dict[str, int]:

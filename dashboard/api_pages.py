@@ -9,6 +9,7 @@ page starts right after it, read off the same index as the first, and rows added
 
 from __future__ import annotations
 
+import inspect
 import re
 import typing
 from collections.abc import Callable
@@ -96,16 +97,30 @@ class Page(LimitOffsetPagination):
         items: list[Any]
 
     def __init__(
-        self, *, shape: type[schemas.ApprovalSummary | schemas.RunSummary], list_name: str, **kwargs: Any
+        self,
+        *,
+        shape: type[schemas.ApprovalSummary | schemas.RunSummary],
+        list_name: str,
+        filters: tuple[str, ...],
+        **kwargs: Any,
     ) -> None:
         super().__init__(max_limit=MAX_PAGE, **kwargs)
         self.shape, self.list_name = shape, list_name
+        self.takes = (*filters, *PageQuery.model_fields)
+
+    def _refuse_unknown(self, request: HttpRequest) -> None:
+        """Refuse a query parameter the list does not take: a misspelt or foreign filter would list every row, unsaid."""
+        unknown = next((key for key in request.GET if key not in self.takes), None)
+        if unknown is not None:
+            name = unknown[:100]
+            raise ApiError(f"{name}: not a parameter of this list (it takes {', '.join(self.takes)})", field=name)
 
     def paginate_queryset(
         self, queryset: QuerySet[Any], pagination: LimitOffsetPagination.Input, request: HttpRequest, **params: Any
     ) -> dict[str, Any]:
         """Return one page of the rows, each as its shape, how many there are up to the cap, and the next cursor."""
         assert isinstance(pagination, PageQuery)  # Input above
+        self._refuse_unknown(request)
         offset, limit = pagination.offset, pagination.limit
         rows = queryset.order_by("-created_at", "-pk")
         if pagination.cursor:  # empty: a form left blank, the first page
@@ -134,7 +149,8 @@ def paged(shape: type[schemas.ApprovalSummary | schemas.RunSummary], list_name: 
     def decorate(view: _View) -> _View:
         # Ninja reads the annotations through its wrapper, whose globals are not ours: resolve them here.
         view.__annotations__ = typing.get_type_hints(view, include_extras=True)
-        wrapped: _View = paginate(Page, shape=shape, list_name=list_name)(view)
+        filters = tuple(name for name in inspect.signature(view).parameters if name != "request")
+        wrapped: _View = paginate(Page, shape=shape, list_name=list_name, filters=filters)(view)
         return wrapped
 
     return decorate

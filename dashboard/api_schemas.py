@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field
 
+from agents import text
 from agents.policy.config import MAX_TIMEOUT_SECONDS
 from agents.schemas import ApprovalDetail
 from agents.services.approvals import MAX_TEXT_CHARS
@@ -35,10 +36,22 @@ def _storable(value: Any) -> Any:
 Storable = AfterValidator(_storable)
 JsonObject = Annotated[dict[str, Any], Storable]
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
-# Ids and names are plain words; refusing anything else keeps odd bytes out of the queries.
+
+
+def _plain_name(value: str) -> str:
+    """Refuse what no stored name holds: NUL, lone surrogates, control and invisible characters."""
+    try:
+        return text.require_plain_name(value, field="name")
+    except text.UnsafeText as exc:
+        raise ValueError(exc.message.removeprefix("name: ")) from None
+
+
+# Ids are plain words; refusing anything else keeps odd bytes out of the queries.
 Id = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-]+$")]
-# Query filters: an empty value (a form's "any") means no filter.
-Name = Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z0-9_.:-]*$")]
+# Query filters by agent or tool: any name a run or an approval may have (the gate takes
+# "Claude Desktop" and "github/create_issue"), up to its column's 100 characters; an empty
+# value (a form's "any") means no filter.
+Name = Annotated[str, Field(max_length=100), AfterValidator(_plain_name)]
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "all", ""]
 RunStatus = Literal["queued", "running", "suspended", "completed", "failed", "cancelled", "all", ""]
 

@@ -5,7 +5,7 @@ CLI and worker processes all decide and run, and the database is the one place t
 all (an in-process counter would see one process's share and reset at every restart).
 
 Other modules add their figures with `register(name, collect)`; registering a name again
-replaces it, so the notifications module replaces `notification_failures` once deliveries exist.
+replaces it.
 """
 
 from __future__ import annotations
@@ -66,8 +66,12 @@ def _bucket_name(bound: float) -> str:
 
 
 def _notification_failures() -> Iterator[Metric]:
-    """Yield 0: nothing is delivered yet; the notifications module registers its own count under this name."""
-    yield CounterMetricFamily("agentfast_notification_failures", "Notification deliveries that failed.", value=0)
+    """Yield how many notification delivery attempts failed: each retry that failed counts, a redelivery erases none."""
+    yield CounterMetricFamily(
+        "agentfast_notification_failures",
+        "Notification delivery attempts that failed.",
+        value=selectors.notification_failure_count(),
+    )
 
 
 register("pending_approvals", _pending_approvals)

@@ -65,6 +65,7 @@ class _Window:
     has_next: bool
     pages: int | None = None  # known when the list was counted (the inbox, up to INBOX_COUNT_CAP)
     paginator: None = None
+    last_key: str = ""  # the id of the page's last row, where the next page starts (_pager.html's `after`)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.object_list)
@@ -86,14 +87,39 @@ class _Window:
         return self.number - 1
 
 
-def _window(items: QuerySet[Any], request: HttpRequest, size: int) -> _Window:
-    """Return the requested page of `items` (page 1 for a missing or bad number), reading size + 1 rows."""
-    raw = request.GET.get("page", "")
-    number = min(int(raw), MAX_PAGE) if raw.isdigit() and int(raw) > 0 else 1
-    rows = _rows(items, (number - 1) * size, number * size + 1)
+Keyset = Callable[[QuerySet[Any], str], QuerySet[Any] | None]
+
+
+def _window(items: QuerySet[Any], request: HttpRequest, size: int, after: Keyset | None = None) -> _Window:
+    """Return the requested page of `items` (page 1 for a missing or bad number), reading size + 1 rows.
+
+    With `after` (how the list goes on from a row), the pager's next link names the last row
+    shown: that page starts right after it, so a row added meanwhile does not show twice, as
+    counting `page` rows from the top would. A link naming no row: by the number.
+    """
+    number = _page_number(request.GET.get("page", ""))
+    following = after(items, request.GET.get("after", "")) if after is not None and number > 1 else None
+    if following is not None:
+        rows = _rows(following, 0, size + 1)
+    else:
+        rows = _rows(items, (number - 1) * size, number * size + 1)
     if not rows and number > 1:  # past the end (the list shrank, or a made-up number): the first page
         number, rows = 1, _rows(items, 0, size + 1)
-    return _Window(object_list=rows[:size], number=number, has_next=len(rows) > size)
+    has_next = len(rows) > size
+    last_key = str(rows[size - 1].pk) if has_next and after is not None else ""
+    return _Window(object_list=rows[:size], number=number, has_next=has_next, last_key=last_key)
+
+
+def _page_number(raw: str) -> int:
+    """Return the page a `page` parameter names, up to MAX_PAGE; 1 for anything else.
+
+    ASCII digits only: str.isdigit() admits "²" and "①", which int() refuses; and int() refuses
+    over 4,300 digits, so a number longer than MAX_PAGE's is read as MAX_PAGE without it.
+    """
+    digits = raw.lstrip("0")
+    if not (raw.isascii() and raw.isdigit()) or not digits:
+        return 1
+    return MAX_PAGE if len(digits) > len(str(MAX_PAGE)) else min(int(digits), MAX_PAGE)
 
 
 def _rows(items: QuerySet[Any], start: int, stop: int) -> list[Any]:
@@ -121,7 +147,7 @@ def _live_page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
 
 def _query_without_page(params: QueryDict) -> str:
     """Return these filters as a query string, for pagination links (and what a saved filter keeps)."""
-    return urlencode([(key, value) for key, value in params.items() if key != "page" and value])
+    return urlencode([(key, value) for key, value in params.items() if key not in ("page", "after") and value])
 
 
 # -- inbox -------------------------------------------------------------------------------
@@ -187,7 +213,9 @@ def _inbox_page(
     filters = InboxFilter(params, user=request.user)
     approvals = filters.pending_approvals(groups)
     count = selectors.count_up_to(approvals, INBOX_COUNT_CAP + 1)
-    page = _window(approvals, request, INBOX_PAGE_SIZE)
+    oldest = filters.ordering == selectors.OLDEST
+    after = selectors.oldest_first_after_row if oldest else selectors.newest_first_after_row
+    page = _window(approvals, request, INBOX_PAGE_SIZE, after)
     if count <= INBOX_COUNT_CAP:
         page.pages = max(1, -(-count // INBOX_PAGE_SIZE))
     prepare_cards(request.user, page.object_list, groups)
@@ -515,7 +543,7 @@ def _deadline_answer(
 @_live_page
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = RunFilter(request.GET)
-    page = _window(filters.runs(), request, RUNS_PAGE_SIZE)
+    page = _window(filters.runs(), request, RUNS_PAGE_SIZE, selectors.newest_first_after_row)
     data = getattr(filters, "cleaned_data", {})  # after runs(), which validates the filters
     # The pending counts of the visible runs only: one small query, not a join over every run.
     visible = [run.id for run in page]
@@ -607,7 +635,7 @@ AUDIT_DETAIL_SHOWN = ("note", "feedback", "arguments_diff", "error", "existing")
 @admin_required
 def audit(request: HttpRequest) -> HttpResponse:
     filters = AuditFilter(request.GET)
-    page = _window(filters.entries(), request, AUDIT_PAGE_SIZE)
+    page = _window(filters.entries(), request, AUDIT_PAGE_SIZE, selectors.newest_first_after_row)
     run_url, approval_url = links.route("run"), links.route("approval")
     for entry in page:
         # Every key the row shows, present: a key missing from `detail` is looked up through three exceptions.

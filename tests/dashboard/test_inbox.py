@@ -69,7 +69,7 @@ def test_it_paginates(client_for, alice, monkeypatch):
     first, second = client.get("/").content.decode(), client.get("/?page=2").content.decode()
 
     assert card_ids(first) == ids[:2] and card_ids(second) == ids[2:]
-    assert "Page 1 of 2" in first and 'href="?page=2"' in first
+    assert "Page 1 of 2" in first and f'href="?page=2&amp;after={ids[1]}"' in first
     assert 'ws-connect="/ws/inbox/?page=1&amp;last=0"' in first
     assert 'ws-connect="/ws/inbox/?page=2&amp;last=1"' in second
 
@@ -163,7 +163,7 @@ def test_it_counts_no_further_than_its_cap_and_pages_on_without_a_total(client_f
 
     assert card_ids(first) == ids[:2] and card_ids(second) == ids[2:]
     assert "<title>(2+) Inbox · agentfast</title>" in first and 'data-count="2+"' in first
-    assert "Page 1</span>" in first and 'href="?page=2"' in first and "Page 1 of" not in first
+    assert "Page 1</span>" in first and f'href="?page=2&amp;after={ids[1]}"' in first and "Page 1 of" not in first
     # A bounded read, not a COUNT(*) of every pending approval.
     everything = Approval.objects.all()
     assert selectors.count_up_to(everything, 2) == 2 and selectors.count_up_to(everything, 9) == 3
