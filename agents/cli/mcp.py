@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from agents.cli.output import CliError, command
+from agents.cli.output import CliError, command, seconds
 
 
 def register(groups: Any) -> None:
@@ -28,7 +28,7 @@ def register(groups: Any) -> None:
     proxy.add_argument(
         "--session", default="mcp", help="the session (one run in the inbox; identical calls in it are one call)"
     )
-    proxy.add_argument("--wait", type=float, default=50.0, help="seconds a call waits for a reviewer (default: 50)")
+    proxy.add_argument("--wait", type=seconds, default=50.0, help="seconds a call waits for a reviewer (default: 50)")
     proxy.add_argument(
         "--listen", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio"
     )
@@ -42,10 +42,8 @@ def _proxy(args: argparse.Namespace) -> None:
         raise CliError(
             f"--account {args.account}: no active agent account (agentfast users create {args.account} --role agent)"
         )
-    if args.wait < 0:
-        raise CliError("--wait must be zero or more seconds")
-    if args.listen and not args.listen.rpartition(":")[2].isdigit():
-        raise CliError("--listen must be HOST:PORT, like 127.0.0.1:8765")
+    if args.listen is not None and not _is_host_and_port(args.listen):
+        raise CliError("--listen must be HOST:PORT with a port from 1 to 65535, like 127.0.0.1:8765")
     options = mcp.Options(owner=args.account, session=args.session, server=args.name, wait_seconds=args.wait)
     logging.getLogger("mcp").setLevel(logging.WARNING)  # stderr is the client's log: one line per request is noise
     try:
@@ -53,3 +51,10 @@ def _proxy(args: argparse.Namespace) -> None:
     finally:
         # The stdio transport closes stdout when the client leaves; the exit path still flushes it.
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+
+
+def _is_host_and_port(listen: str) -> bool:
+    """Return whether `listen` names a host and a port (no host would listen on every interface)."""
+    host, _, port = listen.rpartition(":")
+    # ASCII digits, and few: isdigit() alone admits "²", which int() refuses.
+    return bool(host) and port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agents import services
 from agents.models import Approval, AuditEntry, Run
 from dashboard import cli
 from tests.support.flows import pending, start
@@ -38,6 +39,27 @@ def test_it_refuses_a_wait_timeout_that_is_not_a_number_of_seconds_and_starts_no
 
     assert "--timeout" in err
     assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize("wait", ["nan", "-1", "soon"])
+def test_it_refuses_an_mcp_proxy_wait_that_is_not_a_number_of_seconds(db, capsys, wait):
+    # A NaN wait never ran out: every asked call would have waited forever.
+    err = refused_usage(capsys, "mcp-proxy", "--upstream", "true", "--wait", wait)
+
+    assert "--wait" in err and "number of seconds" in err
+
+
+@pytest.mark.parametrize(
+    "listen",
+    ["127.0.0.1:²", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:" + "9" * 5000, "127.0.0.1:", "8765", ":8765"],
+)
+def test_it_refuses_an_mcp_proxy_address_that_is_no_host_and_port_before_starting_anything(db, capsys, listen):
+    services.user_create(username="mcp", role="agent")
+    code = cli.main(["mcp-proxy", "--upstream", "true", "--listen", listen])
+
+    captured = capsys.readouterr()
+    assert code == 1 and "Traceback" not in captured.err
+    assert captured.err == "agentfast: --listen must be HOST:PORT with a port from 1 to 65535, like 127.0.0.1:8765\n"
 
 
 @pytest.mark.parametrize(

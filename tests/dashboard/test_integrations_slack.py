@@ -201,3 +201,12 @@ def test_it_keeps_the_buttons_when_a_slack_user_linked_to_nobody_presses_one(
     answer = _post(body, _signed(body), django_capture_on_commit_callbacks)
     assert answer.status_code == 200 and "USTRANGER" in answer.json()["text"]
     assert not Delivery.objects.filter(kind="slack_response").exists()
+
+
+@pytest.mark.parametrize("stamp", ["²", "١٧٠٠٠٠٠٠٠٠", "9" * 5000], ids=["superscript", "arabic-indic", "huge"])
+def test_it_refuses_a_timestamp_only_python_calls_a_number(approval, slack, stamp, django_capture_on_commit_callbacks):
+    body = _body(approval.id, "approved", "UALICE1", slack.url)
+    headers = {**_signed(body), "HTTP_X_SLACK_REQUEST_TIMESTAMP": stamp}
+    answer = _post(body, headers, django_capture_on_commit_callbacks)
+    assert answer.status_code == 403 and "older than 5 minutes" in answer.json()["error"]
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
