@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -54,26 +55,78 @@ class OpenAIModel:
                 _PATH, body={**body, "stream": True}, cast_to=object, stream=True, stream_cls=_Stream[object]
             )
             return _from_chunks(chunks, on_delta)
+        except ValueError as exc:
+            # The SDK parses each streamed event (and a body it is told is JSON) as JSON and lets
+            # the JSONDecodeError out: a proxy's page inside a stream is the endpoint's fault.
+            raise ModelError(f"{self.name}: the endpoint sent something that is not JSON ({exc})") from exc
         except (openai.OpenAIError, ModelError) as exc:
             # Name the model in every failure: it becomes the run's error a person reads.
             raise ModelError(f"{self.name}: {exc}") from exc
 
 
 class _Stream(openai.Stream[_T]):
-    """The SDK's stream of chunks, which also reads the body to its end once `[DONE]` comes.
+    """The SDK's stream of chunks, read to its end once `[DONE]` comes, and within OPENAI_TURN_TIMEOUT.
 
     The SDK stops reading at `[DONE]` and closes the response, and a response closed before
     its end takes its connection down with it: every streamed turn then opened a new
     connection (and TLS session) to the endpoint. Read to the end, it goes back to the pool.
+
+    OPENAI_TIMEOUT bounds each read, not the answer: an endpoint that keeps sending (text
+    that never finishes, or keep-alive comments) held a worker's thread, and the run whose
+    lease that thread kept renewing, for ever.
     """
 
     def _iter_events(self) -> Iterator[Any]:
+        # Every piece of the body passes the deadline check, comments included (the SSE
+        # decoder never yields those): the SDK's own reader, its errors mapped as before.
+        iter_bytes = _within_deadline(self.response.iter_bytes)
+        if _content_type(self.response) == "application/json":
+            iter_bytes = _as_one_event(iter_bytes)
+        self.response.iter_bytes = iter_bytes  # type: ignore[method-assign]
         events = super()._iter_events()
         for event in events:
             if event.data.startswith("[DONE]"):
                 for _ in events:
                     pass
             yield event
+
+
+def _within_deadline(iter_bytes: Any) -> Any:
+    """Wrap a response's `iter_bytes` so that reading past OPENAI_TURN_TIMEOUT from now raises ModelError."""
+    limit = settings.OPENAI_TURN_TIMEOUT
+    deadline = time.monotonic() + limit
+
+    def bounded(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+        for piece in iter_bytes(*args, **kwargs):
+            if time.monotonic() > deadline:
+                raise ModelError(f"the answer took longer than {limit:g} s (OPENAI_TURN_TIMEOUT)")
+            yield piece
+
+    return bounded
+
+
+def _content_type(response: Any) -> str:
+    return str(response.headers.get("content-type", "")).split(";")[0].strip().lower()
+
+
+def _as_one_event(iter_bytes: Any) -> Any:
+    """Wrap the `iter_bytes` of a JSON body as one server-sent event, its lines as the event's data lines.
+
+    Some OpenAI-compatible servers ignore `stream: true` and send one whole chat.completion:
+    read as events, it held none, and every run on such a server failed as cut off.
+    """
+
+    def as_event(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+        body = bytearray()
+        for piece in iter_bytes(*args, **kwargs):
+            body += piece
+            if len(body) > _MAX_BODY_BYTES:
+                raise ModelError(f"the answer is longer than {MAX_ANSWER_CHARS:,} characters; it was not kept")
+        # Line breaks in JSON are only whitespace between tokens, never inside a string.
+        lines = bytes(body).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        yield b"data: " + lines.replace(b"\n", b"\ndata: ") + b"\n\n"
+
+    return as_event
 
 
 @functools.lru_cache(maxsize=32)
@@ -102,7 +155,9 @@ def _from_completion(body: object) -> AssistantTurn:
         raise ModelError(f"the endpoint's choice has no message: {str(choice)[:200]!r}")
     _require_whole(choice.get("finish_reason"))
     calls = [_proposed(call) for call in _dicts(message.get("tool_calls"))]
-    return AssistantTurn(content=_said(message), tool_calls=calls)
+    content = _said(message)
+    _require_bounded(len(content) + sum(len(call.name) + len(call.arguments) for call in calls))
+    return AssistantTurn(content=content, tool_calls=calls)
 
 
 def _from_chunks(chunks: Iterable[object], on_delta: DeltaSink) -> AssistantTurn:
@@ -110,6 +165,7 @@ def _from_chunks(chunks: Iterable[object], on_delta: DeltaSink) -> AssistantTurn
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     finished = False
+    size = 0
     for chunk in chunks:
         choice = _first_choice(chunk)
         if choice is None:  # the last chunk may carry usage alone
@@ -117,13 +173,15 @@ def _from_chunks(chunks: Iterable[object], on_delta: DeltaSink) -> AssistantTurn
         if choice.get("finish_reason") is not None:
             _require_whole(choice["finish_reason"])
             finished = True
-        delta = choice.get("delta")
+        # A whole chat.completion read as the stream's one chunk (_as_one_event) has a message.
+        delta = choice.get("delta") if "delta" in choice else choice.get("message")
         if not isinstance(delta, dict):
             continue
         piece = _said(delta)
         if piece:
             text.append(piece)
             on_delta(piece)
+        size += len(piece)
         for position, fragment in enumerate(_dicts(delta.get("tool_calls"))):
             index = fragment.get("index")
             call = calls.setdefault(
@@ -132,13 +190,23 @@ def _from_chunks(chunks: Iterable[object], on_delta: DeltaSink) -> AssistantTurn
             call["id"] = _text(fragment.get("id")) or call["id"]
             function = fragment.get("function")
             if isinstance(function, dict):
-                call["name"] += _text(function.get("name"))
-                call["arguments"] += _arguments(function.get("arguments"))
+                name, arguments = _text(function.get("name")), _arguments(function.get("arguments"))
+                call["name"] += name
+                call["arguments"] += arguments
+                size += len(name) + len(arguments)
+        _require_bounded(size)
     if not finished:
         # A dropped connection ends the stream quietly: half an answer must not pass as whole.
-        raise ModelError("the stream ended before the model finished its turn (no finish_reason)")
+        raise ModelError("the stream ended before the model finished its turn (no finish_reason)" + _not_sse(chunks))
     proposed = [ProposedCall(**calls[index]) for index in sorted(calls)]
     return AssistantTurn(content="".join(text), tool_calls=proposed)
+
+
+def _not_sse(chunks: Iterable[object]) -> str:
+    """Return, for an error, what the endpoint sent instead of an event stream (a proxy's page), if it did."""
+    response = getattr(chunks, "response", None)
+    kind = _content_type(response) if response is not None else "text/event-stream"
+    return "" if kind == "text/event-stream" else f"; the endpoint answered with {kind or 'no content type'}"
 
 
 # Reasons an endpoint gives for stopping before the model finished what it was saying.
@@ -146,6 +214,20 @@ _CUT_OFF = {
     "length": "the answer was cut off at the model's output token limit (finish_reason 'length')",
     "content_filter": "the endpoint's content filter stopped the answer (finish_reason 'content_filter')",
 }
+
+
+# Far above any model's output limit (about half a million tokens): only a broken or hostile
+# endpoint says more in one turn, and each character is kept in the worker's memory, stored,
+# and sent back to the model with every later turn.
+MAX_ANSWER_CHARS = 2_000_000
+# A whole answer's JSON may spell each character as a six-byte escape.
+_MAX_BODY_BYTES = 6 * MAX_ANSWER_CHARS + 65_536
+
+
+def _require_bounded(size: int) -> None:
+    """Refuse a turn longer than MAX_ANSWER_CHARS (text, call names and arguments together)."""
+    if size > MAX_ANSWER_CHARS:
+        raise ModelError(f"the answer is longer than {MAX_ANSWER_CHARS:,} characters; it was not kept")
 
 
 def _require_whole(finish_reason: object) -> None:
