@@ -16,7 +16,9 @@ from agents.runtime.execution import execute_deferred
 
 logger = logging.getLogger(__name__)
 
-# Longer than any sane model or tool call; the lease keeper renews meanwhile.
+# Longer than any sane model or tool call; the lease keeper renews meanwhile. Only the prefork
+# pool enforces it: on the default threads pool a model turn ends by OPENAI_TURN_TIMEOUT and a
+# tool past the lease keeper's TOOL_LEASE_SECONDS loses its run to another worker.
 _TIME_LIMIT = 15 * 60
 
 

@@ -304,6 +304,7 @@ def _serve(args: argparse.Namespace) -> None:
 # claim are compare-and-sets in the database, so threads race safely, as processes do. A
 # decided call waits for a free thread: 100 rather than 50 leaves some while runs wait on the model.
 WORKER_CONCURRENCY = 100
+MAX_WORKER_CONCURRENCY = 1000
 WEB_THREADS = 32
 
 
@@ -334,8 +335,15 @@ def _worker_concurrency() -> str:
     raw = os.environ.get("AGENTFAST_WORKER_CONCURRENCY", "").strip()
     if not raw:
         return str(WORKER_CONCURRENCY)
-    if raw != "auto" and not (raw.isascii() and raw.isdigit()):
+    # Celery reads 0 as "one per CPU", and a number past what a process can start fails later.
+    digits = raw.lstrip("0")
+    if raw != "auto" and not (
+        raw.isascii() and raw.isdigit() and 0 < len(digits) <= 4 and int(digits) <= MAX_WORKER_CONCURRENCY
+    ):
         from agents.cli.output import CliError
 
-        raise CliError(f"AGENTFAST_WORKER_CONCURRENCY: {raw!r} is not a number of threads (a whole number, or auto)")
+        raise CliError(
+            f"AGENTFAST_WORKER_CONCURRENCY: {raw!r} is not a number of threads "
+            f"(a whole number from 1 to {MAX_WORKER_CONCURRENCY}, or auto)"
+        )
     return raw

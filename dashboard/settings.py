@@ -48,21 +48,28 @@ def _int(name: str, default: int, *, minimum: int, maximum: int | None = None) -
         return default
     raw, value = found
     if value < minimum or (maximum is not None and value > maximum):
-        upper = f" and at most {maximum}" if maximum is not None else ""
-        raise ImproperlyConfigured(f"{name}: {raw!r} is out of range (at least {minimum}{upper})")
+        upper = f"; at most {maximum}" if maximum is not None else ""
+        raise ImproperlyConfigured(f"{name}: {raw!r} is out of range (at least {minimum}){upper}")
     return value
 
 
-def _float(name: str, default: float, *, zero: bool) -> float:
-    """Read a duration setting: NaN, infinity, a negative value (or 0 unless `zero`) stops the process."""
+def _float(name: str, default: float, *, zero: bool, maximum: float | None = None) -> float:
+    """Read a duration setting: NaN, infinity, a negative value (or 0 unless `zero`, or over `maximum`) stops the process."""
     found = _number(name, float, "a number")
     if found is None:
         return default
     raw, value = found
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero) or (maximum is not None and value > maximum):
         bound = "0 or more" if zero else "above 0"
-        raise ImproperlyConfigured(f"{name}: {raw!r} is out of range (a finite number {bound})")
+        upper = f"; at most {maximum:g}" if maximum is not None else ""
+        raise ImproperlyConfigured(f"{name}: {raw!r} is out of range (a finite number {bound}){upper}")
     return value
+
+
+# The longest duration, in seconds, the engine's leases, sweeps and model timeouts take: a week.
+# Far longer ones started, then failed every drive or sweep (a date past year 9999, a socket
+# timeout past what the system holds), so no run moved again.
+_ENGINE_SECONDS_MAX = 7 * 24 * 3600.0
 
 
 def _log_level(name: str, default: str) -> str:
@@ -469,13 +476,15 @@ CELERY_TASK_ROUTES = {"agents.tasks.run_start": {"priority": 6}}
 # Engine tunables.
 AGENTFAST_CONFIG = Path(env.str("AGENTFAST_CONFIG", default="") or BASE_DIR / "agentfast.yaml")
 AGENTFAST_TOOL_MODULES = _list("AGENTFAST_TOOL_MODULES", [])
-AGENTFAST_LEASE_SECONDS = _float("AGENTFAST_LEASE_SECONDS", 60, zero=False)
+AGENTFAST_LEASE_SECONDS = _float("AGENTFAST_LEASE_SECONDS", 60, zero=False, maximum=_ENGINE_SECONDS_MAX)
 # An external agent's claim with no result after this long is in doubt: it is never handed out again.
-AGENTFAST_EXTERNAL_CLAIM_SECONDS = _float("AGENTFAST_EXTERNAL_CLAIM_SECONDS", 300, zero=False)
-AGENTFAST_SWEEP_SECONDS = _float("AGENTFAST_SWEEP_SECONDS", 5, zero=False)
+AGENTFAST_EXTERNAL_CLAIM_SECONDS = _float(
+    "AGENTFAST_EXTERNAL_CLAIM_SECONDS", 300, zero=False, maximum=_ENGINE_SECONDS_MAX
+)
+AGENTFAST_SWEEP_SECONDS = _float("AGENTFAST_SWEEP_SECONDS", 5, zero=False, maximum=_ENGINE_SECONDS_MAX)
 # How long a decided-but-not-resumed or queued-but-not-started run may wait for its
 # Celery message before the sweeper assumes the message was lost.
-AGENTFAST_SWEEP_GRACE_SECONDS = _float("AGENTFAST_SWEEP_GRACE_SECONDS", 10, zero=True)
+AGENTFAST_SWEEP_GRACE_SECONDS = _float("AGENTFAST_SWEEP_GRACE_SECONDS", 10, zero=True, maximum=_ENGINE_SECONDS_MAX)
 
 CELERY_BEAT_SCHEDULE = {
     "agentfast-sweep": {"task": "agents.tasks.sweep", "schedule": AGENTFAST_SWEEP_SECONDS},
@@ -524,10 +533,15 @@ LOGGING = {
 # Model endpoints (`model: openai:<name>`): seconds per request, and the SDK's retries of 408,
 # 409, 429, 5xx and dropped connections with backoff (about 7 s over 4 tries; its default 2
 # failed about one run in 500 at a 10% error rate).
-OPENAI_TIMEOUT = _float("OPENAI_TIMEOUT", 60, zero=False)
-OPENAI_MAX_RETRIES = _int("OPENAI_MAX_RETRIES", 4, minimum=0)
+OPENAI_TIMEOUT = _float("OPENAI_TIMEOUT", 60, zero=False, maximum=_ENGINE_SECONDS_MAX)
+# At most 100 (each waits up to 8 s): a million held a run on a dead endpoint for months.
+OPENAI_MAX_RETRIES = _int("OPENAI_MAX_RETRIES", 4, minimum=0, maximum=100)
+# Seconds a whole streamed answer may take, however steadily it comes: OPENAI_TIMEOUT bounds
+# each read only, and a worker's thread has no other limit (Celery's time limits need prefork).
+OPENAI_TURN_TIMEOUT = _float("OPENAI_TURN_TIMEOUT", 600, zero=False, maximum=_ENGINE_SECONDS_MAX)
 
 # A bearer token for Prometheus' scrape of /metrics (an admin's API token works too).
 AGENTFAST_METRICS_TOKEN = _secret("AGENTFAST_METRICS_TOKEN")
-# The demo model's pause per streamed token, so a run unfolds at a readable pace (`make run` sets it).
-AGENTFAST_DEMO_DELAY_MS = _float("AGENTFAST_DEMO_DELAY_MS", 0, zero=True)
+# The demo model's pause per streamed token, so a run unfolds at a readable pace (`make run` sets it);
+# at most 10 s: the lease keeper would hold a run whose every word takes days for ever.
+AGENTFAST_DEMO_DELAY_MS = _float("AGENTFAST_DEMO_DELAY_MS", 0, zero=True, maximum=10_000)

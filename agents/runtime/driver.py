@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils import timezone
 
 from agents import events, ids, services, sql, text
@@ -68,7 +68,7 @@ def drive(
     status = Run.Status.RUNNING
     with _lease_keeper.keeping(run_id, owner):
         try:
-            status = _Driver(run, owner, on_delta=on_delta, stream=stream).drive()
+            status = _drive_through_database_blips(run, owner, on_delta=on_delta, stream=stream)
         except LeaseLost as exc:
             logger.warning("stopped driving %s: %s", run_id, exc)
         except (ModelError, ConfigError) as exc:
@@ -81,16 +81,76 @@ def drive(
     return DriveResult(run_id=run_id, driven=True, status=status)
 
 
+# Pauses before driving again after the database dropped a connection (a restart, a failover):
+# about 7 s in all, long enough for a pool to replace what the server ended.
+_DATABASE_RETRY_PAUSES = (0.25, 0.5, 1.0, 2.0, 3.0)
+
+
+def _drive_through_database_blips(run: Run, owner: str, *, on_delta: DeltaSink | None, stream: bool) -> str:
+    """Drive the run, and again from its rows when the database drops a connection midway.
+
+    A pool hands out a connection the server has ended (a restart, a failover) once before it
+    notices: the run failed with "internal error: OperationalError" for it, though every write
+    is its own transaction and nothing was half done. The rows are the checkpoint, so driving
+    again under the same lease goes on from the last write (a tool claimed without a result
+    is in doubt, as after a crash). A database that stays down fails the run as before.
+    """
+    pauses = iter(_DATABASE_RETRY_PAUSES)
+    again = False
+    while True:
+        try:
+            if again:
+                _reread(run, owner)
+            return _Driver(run, owner, on_delta=on_delta, stream=stream).drive()
+        except (OperationalError, InterfaceError) as exc:
+            pause = next(pauses, None)
+            if pause is None:
+                raise
+            logger.warning("the database failed while driving %s (%s); driving it again in %g s", run.id, exc, pause)
+            _drop_connection()
+            time.sleep(pause)
+            again = True
+
+
+def _reread(run: Run, owner: str) -> None:
+    """Read again what a failed attempt may have changed of the run (its steps); LeaseLost if it is no longer ours."""
+    steps = (
+        Run.objects.filter(pk=run.id, lease_owner=owner, status=Run.Status.RUNNING)
+        .values_list("steps", flat=True)
+        .first()
+    )
+    if steps is None:
+        raise LeaseLost(f"{owner} no longer drives {run.id}")
+    run.steps = steps
+
+
+def _drop_connection() -> None:
+    """Let go of this thread's broken connection (a pool discards it), so the next query opens a working one."""
+    try:
+        connection.close()
+    except Exception:
+        logger.debug("could not close a broken connection", exc_info=True)
+
+
+# A tool that has run this long is taken for hung, as a deferred call's claim is (the sweeper):
+# its lease is no longer renewed, and the run goes on in another worker with the call in doubt.
+# A worker's threads have no other limit: Celery's time limits need the prefork pool.
+TOOL_LEASE_SECONDS = 15 * 60.0
+
+
 class _LeaseKeeper:
     """Renew, from one background thread per process, the leases of the runs it drives.
 
     A slow model or tool must not lose its run to the sweeper. If the process dies the
     renewals stop with it, the leases run out, and the sweeper hands the runs to another
-    worker. One shared thread keeps drive() free of a thread start per call.
+    worker. One shared thread keeps drive() free of a thread start per call. A tool running
+    past TOOL_LEASE_SECONDS loses its lease the same way: a hung thread must not hold its run.
     """
 
     def __init__(self) -> None:
         self._leases: dict[str, str] = {}
+        self._tools: dict[str, float] = {}  # owner → when its running tool started (monotonic)
+        self._given_up: set[str] = set()  # owners whose hung tool's lease is left to run out
         self._lock = threading.Lock()
         self._pid: int | None = None
 
@@ -105,6 +165,18 @@ class _LeaseKeeper:
             with self._lock:
                 self._leases.pop(owner, None)
 
+    @contextmanager
+    def running_tool(self, owner: str) -> Iterator[None]:
+        """Mark the owner's drive as waiting on a tool, whose lease is renewed for TOOL_LEASE_SECONDS at most."""
+        with self._lock:
+            self._tools[owner] = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._tools.pop(owner, None)
+                self._given_up.discard(owner)
+
     def _ensure_started(self) -> None:
         # Again after a fork (Celery's prefork children): threads do not survive it.
         if self._pid == os.getpid():
@@ -112,6 +184,8 @@ class _LeaseKeeper:
         with self._lock:
             if self._pid != os.getpid():
                 self._leases.clear()
+                self._tools.clear()
+                self._given_up.clear()
                 threading.Thread(target=self._renew_forever, name="agentfast-leases", daemon=True).start()
                 self._pid = os.getpid()
 
@@ -119,10 +193,32 @@ class _LeaseKeeper:
         # Nothing may end this loop: a dead keeper would let every slow run lose its lease.
         while True:
             time.sleep(settings.AGENTFAST_LEASE_SECONDS / 3)
-            with self._lock:
-                held = list(self._leases.items())
+            held = self._held()
             if held:
                 self._renew(held)
+
+    def _held(self) -> list[tuple[str, str]]:
+        """Return the (owner, run) leases to renew: all but those whose tool has run past TOOL_LEASE_SECONDS.
+
+        A hung tool's lease is left to run out, not dropped: if the tool does come back before
+        another worker took the run, renewals go on for the rest of the drive.
+        """
+        now = time.monotonic()
+        held = []
+        with self._lock:
+            for owner, run_id in self._leases.items():
+                started = self._tools.get(owner)
+                if started is None or now - started <= TOOL_LEASE_SECONDS:
+                    held.append((owner, run_id))
+                elif owner not in self._given_up:
+                    self._given_up.add(owner)
+                    logger.warning(
+                        "stopped renewing the lease of %s: its tool has run for %.0f s; another worker "
+                        "takes the run on, with the call in doubt",
+                        run_id,
+                        now - started,
+                    )
+        return held
 
     def _renew(self, held: list[tuple[str, str]]) -> None:
         for owner, run_id in held:
@@ -398,7 +494,8 @@ class _Driver:
             self._from_claim(call)
             return False
         try:
-            status, output = execution.invoke(tool, execution.context(call, approval), arguments)
+            with _lease_keeper.running_tool(self.owner):
+                status, output = execution.invoke(tool, execution.context(call, approval), arguments)
         except FeedbackRequired as exc:
             if approval is None:
                 request = execution.jsonable(exc.payload)

@@ -184,7 +184,7 @@ def test_it_takes_an_empty_worker_concurrency_as_unset(monkeypatch, value, threa
     assert processes._worker_pool([]) == ["--pool=threads", f"--concurrency={threads}"]
 
 
-@pytest.mark.parametrize("value", ["abc", "-5", "1.5"])
+@pytest.mark.parametrize("value", ["abc", "-5", "1.5", "0", "00", "²", "1001", "9" * 5000])
 def test_it_refuses_a_worker_concurrency_that_is_none_naming_the_variable(monkeypatch, value):
     from agents.cli.output import CliError
 

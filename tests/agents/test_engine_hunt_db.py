@@ -1,0 +1,70 @@
+"""The driver and a database that drops its connections (a restart, a failover, an idle timeout).
+
+PostgreSQL only: the pool of connections is what keeps a dead one. Nothing is mocked: the
+server really ends every session of the test database while the model thinks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection
+
+from agents import services
+from agents.models import Run
+from agents.runtime import drive
+from tests.support.fake_openai import FakeOpenAI, Reply
+
+pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the connection pool is PostgreSQL's")
+
+
+def _end_every_session() -> int:
+    """End every session of the test database from a connection of our own, as a restart would."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    params.pop("prepare_threshold", None)
+    with psycopg.connect(**{k: v for k, v in params.items() if v not in (None, "")}, autocommit=True) as own:
+        rows = own.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+@pytest.fixture
+def support(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_openai: FakeOpenAI, settings: Any) -> FakeOpenAI:
+    settings.OPENAI_MAX_RETRIES = 0
+    config = {
+        "agents": {
+            "support": {"model": "openai:test-model", "base_url": fake_openai.base_url, "tools": ["lookup_order"]}
+        }
+    }
+    path = tmp_path / "agentfast.yaml"
+    path.write_text(json.dumps(config))
+    monkeypatch.setenv("AGENTFAST_CONFIG", str(path))
+    return fake_openai
+
+
+def test_it_finishes_a_run_when_the_database_dropped_every_connection_while_the_model_thought(
+    transactional_db: None, support: FakeOpenAI
+) -> None:
+    ended: list[int] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if not ended:  # once: a restart, not a database that stays down
+            ended.append(_end_every_session())
+        return Reply(content="Order A1001 was delivered.")
+
+    support.script(respond)
+    run_id = services.run_create(agent="support", input="Where is order A1001?", enqueue=False).id
+
+    result = drive(run_id)
+
+    run = Run.objects.get(pk=run_id)
+    assert ended and ended[0] >= 1  # the pool's connections were really ended
+    assert (result.status, run.status, run.error) == ("completed", "completed", "")
+    assert run.output == "Order A1001 was delivered."
