@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Max, Q
+from django.db.models import Max
 from django.utils import timezone
 
 from agents import queue, services
@@ -39,9 +39,14 @@ def sweep() -> SweepReport:
     now = timezone.now()
     grace = now - timedelta(seconds=settings.AGENTFAST_SWEEP_GRACE_SECONDS)
     report = SweepReport(expired=services.approval_deadlines_due(), reminded=services.approval_remind_due())
-    for run_id in _stranded_runs(now, grace):
+    stranded, never_started = _stranded_runs(now, grace)
+    for run_id in stranded:
         queue.drive_on_commit(run_id)
-        report.runs.append(run_id)
+    for run_id in never_started:
+        # As it was first sent: behind decided runs. A backlog of new runs waiting past the
+        # grace period would otherwise jump ahead of decisions waiting for their effect.
+        queue.start_on_commit(run_id)
+    report.runs += [*stranded, *never_started]
     for call_pk in ToolCall.objects.filter(
         hitl_mode=Approval.Mode.DEFER,
         result__isnull=True,
@@ -62,8 +67,8 @@ def sweep() -> SweepReport:
     return report
 
 
-def _stranded_runs(now: datetime, grace: datetime) -> list[str]:
-    """Return runs that should be moving and are not.
+def _stranded_runs(now: datetime, grace: datetime) -> tuple[list[str], list[str]]:
+    """Return runs that should be moving and are not: those to drive again, and those never started.
 
     - running with an expired lease: its worker died mid-step;
     - queued past the grace period with no lease and auto_resume on: its start message
@@ -79,9 +84,10 @@ def _stranded_runs(now: datetime, grace: datetime) -> list[str]:
     a stranded run always has such a call, and the check costs as much as there are
     decisions waiting for their resume, however many runs wait on a person.
     """
-    dead = Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
-    lost_start = Q(status=Run.Status.QUEUED, auto_resume=True, lease_expires_at__isnull=True, created_at__lt=grace)
-    stranded = list(Run.objects.filter(dead | lost_start).values_list("id", flat=True))
+    dead = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+    lost_start = Run.objects.filter(
+        status=Run.Status.QUEUED, auto_resume=True, lease_expires_at__isnull=True, created_at__lt=grace
+    )
     decided_unrun = ToolCall.objects.filter(
         hitl_mode=Approval.Mode.SUSPEND,
         result__isnull=True,
@@ -93,4 +99,5 @@ def _stranded_runs(now: datetime, grace: datetime) -> list[str]:
         .annotate(last_decision=Max("approvals__decided_at"))
         .filter(last_decision__lt=grace)
     )
-    return stranded + list(decided.values_list("id", flat=True))
+    stranded = [*dead.values_list("id", flat=True), *decided.values_list("id", flat=True)]
+    return stranded, list(lost_start.values_list("id", flat=True))

@@ -9,6 +9,7 @@ from django.utils import timezone
 from agents import services
 from agents.models import Approval, Run
 from agents.sweeper import sweep
+from tests.support.broker import take_queued
 from tests.support.flows import decide, pending, resume, start
 
 REFUND = "Refund order A1001 for 25.00 USD"
@@ -43,6 +44,24 @@ def test_it_re_enqueues_a_queued_run_whose_start_message_was_lost(db, settings):
 
     assert sweep().runs == [lost.id]  # the fresh one may still get its message
     assert fresh.id not in sweep().runs
+
+
+def test_it_starts_a_lost_run_behind_decided_ones_and_resumes_a_dead_one_ahead(
+    db, settings, broker, django_capture_on_commit_callbacks
+):
+    # A backlog of new runs past the grace period must not jump ahead of decisions waiting
+    # for their effect: a lost start goes out as a start (priority 6), a dead drive as a drive.
+    settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
+    lost = services.run_create(agent="support", input=REFUND, enqueue=False)
+    age(lost, 60)
+    dead = services.run_create(agent="support", input=REFUND, enqueue=False)
+    services.run_lease(run_id=dead.id, owner="dead-worker", ttl=-1)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sorted(sweep().runs) == sorted([lost.id, dead.id])
+
+    assert [args for args, _, _ in take_queued(broker, "agents.tasks.run_start")] == [[lost.id]]
+    assert [args for args, _, _ in take_queued(broker, "agents.tasks.run_drive")] == [[dead.id]]
 
 
 def test_it_leaves_a_queued_run_its_caller_drives_alone(db, settings):

@@ -23,5 +23,5 @@ def take_queued(broker: redis.Redis, task: str) -> list[tuple[list[Any], dict[st
             args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
             eta = message["headers"].get("eta")
             found.append((args, kwargs, datetime.fromisoformat(eta) if eta else None))
-        broker.delete(key)
+            broker.lrem(key, 1, raw)  # the other tasks' messages stay for the next look
     return found
