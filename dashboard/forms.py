@@ -15,6 +15,7 @@ from agents.models import Approval, AuditEntry, Run
 from agents.services import eligibility
 from agents.services.approvals import MAX_TEXT_CHARS
 from agents.services.grants import Remember
+from dashboard.templatetags.agentfast import shown_json
 
 REMEMBER_FOR = [("3600", "for 1 h"), ("28800", "for 8 h"), ("86400", "for 24 h")]
 REMEMBER_SCOPES = [
@@ -41,7 +42,7 @@ class DecisionForm(forms.Form):
     def __init__(self, *args: Any, approval: Approval, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.approval = approval
-        self.fields["arguments"].initial = agents_text.dumps(approval.current_arguments or {}, indent=2)
+        self.fields["arguments"].initial = shown_json(approval.current_arguments or {}, indent=2)
         self.fields["expect_digest"].initial = approval.digest
 
     def clean_arguments(self) -> dict[str, Any] | None:

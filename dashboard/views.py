@@ -19,7 +19,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryD
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import cache_control
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
@@ -32,6 +32,7 @@ from agents.tools.registry import summarize as registry_summarize
 from dashboard import audit_export, links, playground
 from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_required, signin_required
 from dashboard.forms import AuditFilter, BulkDecisionForm, DecisionForm, InboxFilter, RunFilter, SavedFilterForm
+from dashboard.templatetags.agentfast import shown_json, shown_text
 
 INBOX_PAGE_SIZE = 20
 # The inbox counts its pending approvals up to this many and says "500+" beyond: an exact
@@ -172,7 +173,8 @@ def describe_cards(approvals: list[Approval]) -> None:
         tool = registry.get(approval.tool)
         arguments = approval.current_arguments
         # Display-only attributes, like eligibility.mark's `decidable`.
-        approval.summary = tool.summarize(arguments) if tool else registry_summarize(arguments)  # type: ignore[attr-defined]
+        summary = tool.summarize(arguments) if tool else registry_summarize(arguments)
+        approval.summary = shown_text(summary)  # type: ignore[attr-defined]
         approval.risk = policy.tool_policy(approval.tool).risk if policy is not None else ""  # type: ignore[attr-defined]
         approval.position, approval.siblings = positions.get(approval.id, (1, 1))  # type: ignore[attr-defined]
         approval.url, approval.decide_url = approval_url(approval.id), decide_url(approval.id)  # type: ignore[attr-defined]
@@ -187,6 +189,7 @@ CARD_DEFAULTS: dict[str, Any] = {
     "next_pending": None,
     "oob": False,
     "said": "",
+    "unrecorded": [],
 }
 
 
@@ -281,15 +284,22 @@ def inbox_filter_save(request: HtmxHttpRequest) -> HttpResponse:
 # -- bulk decisions ----------------------------------------------------------------------
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @signin_required
 def approval_bulk(request: HttpRequest) -> HttpResponse:
-    """Decide several cards at once: each a separate, audited decision through the same service."""
+    """Decide several cards at once: each a separate, audited decision through the same service.
+
+    A GET is where signing in again leads after a bulk decision sent signed out: the inbox.
+    """
+    if request.method == "GET":
+        return redirect("inbox")
     if not is_reviewer(request.user):
         raise PermissionDenied("reviewers only")
     form = BulkDecisionForm(request.POST)
     if not form.is_valid():
-        return render(request, "dashboard/bulk.html", {"form_errors": _errors_text(form), "results": []}, status=400)
+        # The note is shown back to copy: the inbox it was typed on is fetched again, empty.
+        refused = {"form_errors": _errors_text(form), "results": [], "note": str(request.POST.get("note", ""))}
+        return render(request, "dashboard/bulk.html", refused, status=400)
     data = form.cleaned_data
     results = [
         _bulk_one(request, approval_id, digest, decision=data["decision"], note=data["note"])
@@ -320,8 +330,10 @@ def _bulk_one(request: HttpRequest, approval_id: str, digest: str, *, decision: 
     except services.NotFound:
         _refuse(request, approval_id, AuditEntry.Outcome.NOT_FOUND, "no such approval")
         return {**refused, "why": "no such approval"}
-    except (services.AlreadyDecided, services.WrongState):
+    except services.AlreadyDecided:
         return {**refused, "why": "someone decided it first"}
+    except services.WrongState as exc:  # expired: its deadline decided it, not someone
+        return {**refused, "why": exc.message}
     except (services.DigestMismatch, services.NotPermitted, services.InvalidInput) as exc:
         return {**refused, "why": exc.message}
     voted = result.outcome == AuditEntry.Outcome.VOTED
@@ -397,15 +409,18 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     return render(request, "dashboard/approval.html", context)
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 @signin_required
 def approval_decide(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
     """Record a decision; a decision already taken is shown (409), never an error page.
 
     Every attempt is audited, refused ones too (not a reviewer, unreadable input). The
     response fits where the request came from: the inbox card it replaces, the decision
-    panel of the approval page, or (without htmx) the page itself.
+    panel of the approval page, or (without htmx) the page itself. A GET is where signing in
+    again leads after a decision sent signed out: the approval, to decide again (a 405 was blank).
     """
+    if request.method == "GET":
+        return redirect("approval", approval_id=approval_id)
     if not is_reviewer(request.user):
         _refuse(request, approval_id, AuditEntry.Outcome.NOT_PERMITTED, "not a reviewer")
         raise PermissionDenied("reviewers only")
@@ -422,27 +437,75 @@ def approval_decide(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
         _refuse(request, approval_id, AuditEntry.Outcome.INVALID_ARGUMENTS, _errors_text(form))
         status = 422
     prepare_cards(request.user, [approval])
-    if status != 422:
+    conflict = status == 409 and not refusal
+    unrecorded = _unrecorded(form) if conflict else []
+    if status == 200:
         form = DecisionForm(approval=approval)  # a fresh form: the current arguments and their digest
+    elif status != 422:
+        form = _form_again(form, approval)
     context = {
+        **CARD_DEFAULTS,
         "approval": approval,
         "form": form,
-        "conflict": status == 409 and not refusal,
+        "conflict": conflict,
+        "unrecorded": unrecorded,
         "refusal": refusal,
         "next_pending": _next_pending(request, approval),
     }
     if request.htmx and request.htmx.target == f"card-{approval.id}":
-        return render(request, "dashboard/_approval_card.html", context, status=status)
+        return _refusal_shown(render(request, "dashboard/_approval_card.html", context, status=status))
     if request.htmx:
-        return render(request, "dashboard/_decision.html", context, status=status)
+        return _refusal_shown(render(request, "dashboard/_decision.html", context, status=status))
     if status == 200:
         return redirect("approval", approval_id=approval.id)
     return render(
         request,
         "dashboard/approval.html",
-        _approval_context(approval, form, conflict=context["conflict"], refusal=refusal, ws_url=""),
+        _approval_context(approval, form, conflict=conflict, unrecorded=unrecorded, refusal=refusal, ws_url=""),
         status=status,
     )
+
+
+# What a reviewer typed that a refused decision shows again; `arguments` only while they are still those the reviewer saw.
+_TYPED_FIELDS = ("note", "feedback", "answer", "remember", "remember_scope")
+
+
+def _form_again(refused: DecisionForm, approval: Approval) -> DecisionForm:
+    """Return the form to show after a refusal (not permitted, arguments changed): with what the reviewer typed.
+
+    A refusal leaves the call pending, for this reviewer to decide again with their note, answer
+    and edit; only when the arguments changed meanwhile does the editor show the current ones
+    (with their digest), so that a second click approves what the page shows.
+    """
+    typed = {name: refused.data.get(name) for name in _TYPED_FIELDS if refused.data.get(name) is not None}
+    seen = str(refused.data.get("expect_digest", "")).strip().lower()  # whole, or the short one pages print
+    if "arguments" in refused.data and approval.digest.startswith(seen):
+        typed["arguments"] = refused.data.get("arguments")
+    return DecisionForm(approval=approval, initial=typed)
+
+
+_WORDS = (("note", "Your note"), ("feedback", "Your feedback"), ("answer", "Your answer"))
+
+
+def _unrecorded(form: DecisionForm) -> list[tuple[str, str]]:
+    """Return what a reviewer wrote with a decision that came too late, shown for them to copy: none of it was kept."""
+    typed = [(label, str(form.cleaned_data.get(name) or "").strip()) for name, label in _WORDS]
+    edited = form.edited_arguments()
+    if edited is not None:
+        typed.append(("Your arguments", shown_json(edited, indent=2)))
+    return [(label, words) for label, words in typed if words]
+
+
+# htmx swaps no 403 (a refused page, a failed CSRF check would land in a card): a partial that says
+# why a decision was not permitted carries this header, and app.js swaps it like a 409.
+REFUSAL_HEADER = "X-Agentfast-Refusal"
+
+
+def _refusal_shown(response: HttpResponse) -> HttpResponse:
+    """Mark a partial answering 403 (not an approver, four eyes, a grant refused) as the refusal to show."""
+    if response.status_code == 403:
+        response[REFUSAL_HEADER] = "not-permitted"
+    return response
 
 
 def _refuse(request: HttpRequest, approval_id: str, outcome: str, reason: str) -> None:
@@ -532,7 +595,9 @@ def _deadline_answer(
     eligibility.mark(request.user, [approval])
     if not request.htmx:
         return redirect("approval", approval_id=approval.id)
-    return render(request, "dashboard/_deadline.html", {"approval": approval, "said": said}, status=status)
+    return _refusal_shown(
+        render(request, "dashboard/_deadline.html", {"approval": approval, "said": said}, status=status)
+    )
 
 
 # -- runs --------------------------------------------------------------------------------

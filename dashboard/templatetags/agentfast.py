@@ -8,6 +8,7 @@ took a tenth of the page.
 
 from __future__ import annotations
 
+import re
 import threading
 import unicodedata
 from datetime import datetime
@@ -26,6 +27,26 @@ from agents import text
 from agents.gateway.selectors import external_request as _external_request
 
 register = template.Library()
+
+# Bidirectional overrides, embeddings, isolates and marks reorder how the rest of a line reads, so
+# an agent's argument could show a reviewer an account or an amount other than the one stored; C1
+# controls show as nothing. In JSON they stand only inside strings, and a \u escape there means the
+# same character: the value stays exact, and the reviewer sees it (as `agentfast approvals show` does).
+_HIDDEN = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_hidden(value: str) -> str:
+    return _HIDDEN.sub(lambda control: f"\\u{ord(control.group()):04x}", value)
+
+
+def shown_json(value: Any, **kwargs: Any) -> str:
+    """Return JSON for a reviewer to read (or edit): text.dumps, with the characters that hide or reorder text escaped."""
+    return _escape_hidden(text.dumps(value, **kwargs))
+
+
+def shown_text(value: str) -> str:
+    """Return text made from an agent's arguments (a call's summary) with its hiding and reordering characters escaped."""
+    return _escape_hidden(value)
 
 
 def _elapsed(value: datetime) -> str:
@@ -74,13 +95,13 @@ def pretty_json(value: Any) -> str:
     Repaired first (agents.text): rows written by older versions may hold lone surrogates,
     and a page must render whatever is stored.
     """
-    return text.dumps(value, indent=2)
+    return shown_json(value, indent=2)
 
 
 @register.filter
 def compact_json(value: Any) -> str:
     """Return one-line JSON as plain text, for tables."""
-    return text.dumps(value)
+    return shown_json(value)
 
 
 @register.filter
@@ -103,7 +124,7 @@ def arguments_changes(approval: Any) -> list[dict[str, str]]:
     before = approval.tool_call.arguments or {}
     after = approval.arguments if approval.arguments is not None else before
     if not isinstance(before, dict) or not isinstance(after, dict):
-        return [{"key": "arguments", "old": text.dumps(before), "new": text.dumps(after)}]
+        return [{"key": "arguments", "old": shown_json(before), "new": shown_json(after)}]
     missing = object()
     changes = []
     for key in [*before, *(key for key in after if key not in before)]:
@@ -111,9 +132,9 @@ def arguments_changes(approval: Any) -> list[dict[str, str]]:
         if old != new:
             changes.append(
                 {
-                    "key": key,
-                    "old": "(none)" if old is missing else text.dumps(old),
-                    "new": "(removed)" if new is missing else text.dumps(new),
+                    "key": shown_text(key),
+                    "old": "(none)" if old is missing else shown_json(old),
+                    "new": "(removed)" if new is missing else shown_json(new),
                 }
             )
     return changes

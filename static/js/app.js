@@ -58,6 +58,16 @@
     }
   });
 
+  // A decision (or a deadline's extension) refused as not permitted answers 403 with the card or
+  // panel that says why, marked by the server: shown like a 409. No other 403 is swapped (base.html).
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var xhr = event.detail.xhr;
+    if (xhr && xhr.status === 403 && xhr.getResponseHeader("X-Agentfast-Refusal")) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
+
   // The inbox's list is fetched again whenever its socket (re)opens. A card the reviewer is
   // working on (typed in, focused, or with its decision on the way) goes into the new list
   // as it is: a fresh copy would drop what they typed, and the answer of a decision in
@@ -277,7 +287,13 @@
   }
 
   document.addEventListener("input", function (event) {
-    if (event.target.form) relabel(event.target.form);
+    var form = event.target.form;
+    if (!form) return;
+    relabel(form);
+    // The preview shows the edit as it was when Approve was pressed: a later one closes it, so
+    // that "Send approval" never sends arguments the reviewer was not shown.
+    var preview = form.querySelector(".diff-preview:not([hidden])");
+    if (preview && event.target === form.elements.arguments) preview.hidden = true;
   });
   htmx.onLoad(function (root) {
     root.querySelectorAll("form").forEach(function (form) {
