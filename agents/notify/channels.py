@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 from datetime import UTC, datetime
@@ -9,9 +11,10 @@ from typing import Any
 
 import anyio
 import httpx
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core import signing
-from django.core.mail import EmailMultiAlternatives
+from django.core.mail import EmailMultiAlternatives, get_connection
 from django.template.loader import render_to_string
 from standardwebhooks.webhooks import Webhook
 
@@ -20,15 +23,21 @@ from agents.notify import payloads
 from agents.notify.config import WebhookChannel
 from agents.notify.models import Delivery
 from agents.policy.config import get_policy
+from agents.services import eligibility
 
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 # The whole of one HTTP attempt. TIMEOUT bounds each read, not their sum: a receiver sending a
 # byte every few seconds would hold a worker's thread for ever (Celery's time limits do not
 # apply to the threads pool), and the sweeper starts another attempt each minute.
 ATTEMPT_SECONDS = 30.0
+# Standard Webhooks' shortest secret: a key anyone can guess lets anyone sign events receivers accept.
+MIN_SECRET_BYTES = 24
 ONE_CLICK_SALT = "agentfast.notify.one-click"
 ONE_CLICK_MAX_AGE = 24 * 3600
 USER_AGENT = "agentfast-notify/1"
+# Slack refuses a section longer than this (invalid_blocks): the message would never land, however often retried.
+SECTION_CHARS = 3000
+DECISION_BLOCK = "agentfast_decision"
 
 
 class NotSendable(Exception):
@@ -98,10 +107,24 @@ def _webhook_secret(url: str) -> str:
     for channel in get_policy().notifications:
         if isinstance(channel, WebhookChannel) and channel.url == url:
             secret = _env(channel.secret_env)
-            if not secret.startswith("whsec_"):
-                raise NotSendable(f"{channel.secret_env} must hold a whsec_… secret")
+            if not _strong(secret):
+                raise NotSendable(
+                    f"{channel.secret_env} must hold a whsec_ secret: at least {MIN_SECRET_BYTES} bytes in base64 "
+                    "(a shorter key is guessed, and its signatures prove nothing)"
+                )
             return secret
     raise NotSendable(f"no webhook for {url} in the configuration any more")
+
+
+def _strong(secret: str) -> bool:
+    """Return whether a webhook secret is whsec_ and strict base64 of a key as long as Standard Webhooks asks."""
+    if not secret.startswith("whsec_"):
+        return False
+    try:
+        key = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except binascii.Error:
+        return False  # the signing library reads past bad characters: "whsec_!!" would sign with an empty key
+    return len(key) >= MIN_SECRET_BYTES
 
 
 # -- email ---------------------------------------------------------------------------------
@@ -111,15 +134,32 @@ def _email(delivery: Delivery) -> None:
     user = User.objects.filter(username=delivery.target, is_active=True).first()
     if user is None or not user.email:
         raise NotSendable(f"{delivery.target} has no email address (agentfast users create … --email)")
+    if eligibility.refusal_of_role(user) is not None:  # the role ended since the event: the call is not theirs to read
+        raise NotSendable(f"{delivery.target} is no longer a reviewer")
     context = email_context(delivery.payload, user.username)
-    subject = f"[agentfast] {payloads.headline(delivery.payload)}"
+    # One line: a recorded name (the CLI's --by) may hold a line break, which no header may carry.
+    subject = " ".join(f"[agentfast] {payloads.headline(delivery.payload)}".split())
     text_body = render_to_string("dashboard/integrations/email.txt", context)
     html_body = render_to_string("dashboard/integrations/email.html", context)
     message = EmailMultiAlternatives(
-        subject, text_body, to=[user.email], headers={"X-Agentfast-Id": delivery.webhook_id}
+        subject,
+        text_body,
+        to=[user.email],
+        headers={"X-Agentfast-Id": delivery.webhook_id},
+        connection=get_connection(timeout=_mail_seconds()),
     )
     message.attach_alternative(html_body, "text/html")
     message.send()
+
+
+def _mail_seconds() -> float:
+    """Return how long the mail server may take to answer: as an HTTP attempt, or less when EMAIL_TIMEOUT says so.
+
+    Django waits for ever by default: a silent server would hold a worker's thread, and once the
+    delivery's claim ran out the sweeper would send the same mail again beside it.
+    """
+    configured = getattr(settings, "EMAIL_TIMEOUT", None)
+    return min(configured, ATTEMPT_SECONDS) if configured else ATTEMPT_SECONDS
 
 
 def email_context(payload: dict[str, Any], username: str) -> dict[str, Any]:
@@ -158,31 +198,38 @@ def one_click_links(approval_id: str, username: str, arguments: Any, decisions: 
 def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
     """Return a Block Kit message: the call in plain words, with the buttons of its decisions while it waits."""
     data = payload["data"]
-    arguments = json.dumps(data["arguments"], ensure_ascii=False)[:2500]
     page = "Answer it in agentfast" if payloads.asks_answer(payload) else "Open in agentfast"
+    head = f"`{_mrkdwn(data['tool'])}` "
+    tail = (
+        f"\nAsked by {_mrkdwn(data['requested_by'] or 'an agent')} in run {data['run_id']}: "
+        f"_{_mrkdwn(data['prompt'][:300])}_\n<{data['url']}|{page}>"
+    )
+    arguments = json.dumps(data["arguments"], ensure_ascii=False)
+    call = head + _mrkdwn_within(arguments, SECTION_CHARS - len(head) - len(tail)) + tail
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_mrkdwn(payloads.headline(payload))}*"}},
-        {
-            "type": "section",
-            "text": {
-                "type": "mrkdwn",
-                "text": f"`{_mrkdwn(data['tool'])}` {_mrkdwn(arguments)}\n"
-                f"Asked by {_mrkdwn(data['requested_by'] or 'an agent')} in run {data['run_id']}: "
-                f"_{_mrkdwn(data['prompt'][:300])}_\n<{data['url']}|{page}>",
-            },
-        },
+        {"type": "section", "text": {"type": "mrkdwn", "text": call}},
     ]
     if decisions := payloads.click_decisions(payload):
         elements = [_button(decision, data["approval_id"]) for decision in decisions]
-        blocks.append({"type": "actions", "block_id": "agentfast_decision", "elements": elements})
-    return {"text": payloads.headline(payload), "blocks": blocks}
+        blocks.append({"type": "actions", "block_id": decision_block_id(payload), "elements": elements})
+    # The fallback text is mrkdwn too (and what notifications show): a name in it must not page a channel.
+    return {"text": _mrkdwn(payloads.headline(payload)), "blocks": blocks}
+
+
+def decision_block_id(payload: dict[str, Any]) -> str:
+    """Return the buttons' block id: it carries the digest of the arguments shown, which a press must still match."""
+    data = payload["data"]
+    # .get: a delivery stored before payloads carried the digest shows the arguments it stored.
+    digest = data.get("arguments_digest") or arguments_digest(data["arguments"])
+    return f"{DECISION_BLOCK}:{digest}"
 
 
 def slack_outcome(headline: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
     """Return the replacement of a clicked message: what became of the call, without buttons."""
     return {
         "replace_original": True,
-        "text": headline,
+        "text": _mrkdwn(headline),
         "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(headline)}}],
     }
 
@@ -204,3 +251,18 @@ def _button(decision: str, approval_id: str) -> dict[str, Any]:
 def _mrkdwn(value: str) -> str:
     """Escape what Slack's mrkdwn treats as markup (its documented three characters)."""
     return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _mrkdwn_within(value: str, limit: int) -> str:
+    """Escape for mrkdwn in at most `limit` characters, cut between entities and marked with "…"."""
+    escaped = _mrkdwn(value)
+    if len(escaped) <= limit:
+        return escaped
+    pieces, size = [], 0
+    for char in value:
+        piece = _mrkdwn(char)
+        if size + len(piece) > limit - 1:
+            break
+        pieces.append(piece)
+        size += len(piece)
+    return "".join(pieces) + "…"

@@ -6,7 +6,8 @@ import logging
 import time
 from typing import Any
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
+from django.db.models import Q, QuerySet
 
 from agents import queue
 from agents.models import Approval
@@ -14,6 +15,7 @@ from agents.notify import channels, payloads
 from agents.notify.config import EmailChannel, SlackChannel, WebhookChannel
 from agents.notify.models import Delivery
 from agents.policy.config import get_policy
+from agents.services import eligibility
 from agents.services import notify as notify_services
 from agents.services.notify import Target
 
@@ -27,6 +29,10 @@ def fan_out(event_type: str, approval_id: str) -> list[int]:
         return []
     approval = Approval.objects.select_related("run", "tool_call").filter(pk=approval_id).first()
     if approval is None:
+        return []
+    if approval.on_timeout == Approval.OnTimeout.RUN and event_type in payloads.WAITING:
+        # A scheduled call runs at its time by itself: nobody is asked, so no message offers to decide it
+        # (a tool's run_at is not announced either).
         return []
     payload = payloads.event(event_type, approval)
     targets = [target for channel in wanted for target in _targets(channel, payload)]
@@ -49,16 +55,30 @@ def _targets(channel: Any, payload: dict[str, Any]) -> list[Target]:
 
 
 def recipients(names: tuple[str, ...]) -> list[str]:
-    """Return the active users with an address that an email entry names (usernames, or group:NAME), each once."""
+    """Return the reviewers with an address that an email entry names (usernames, or group:NAME), each once.
+
+    Only people who may read calls (active, with the reviewer role or an admin's): a mail shows the
+    call's arguments and prompt, which someone whose role ended must not go on receiving.
+    """
     found: dict[str, None] = {}
+    readers = deciders().values("pk")
     for name in names:
         if name.startswith("group:"):
             users = User.objects.filter(groups__name=name.removeprefix("group:"), is_active=True)
         else:
             users = User.objects.filter(username=name, is_active=True)
-        for username in users.exclude(email="").order_by("username").values_list("username", flat=True):
+        users = users.filter(pk__in=readers).exclude(email="")
+        for username in users.order_by("username").values_list("username", flat=True):
             found[username] = None
     return list(found)
+
+
+def deciders() -> QuerySet[User]:
+    """Return the active users who may decide approvals: a superuser, or the permission given to them or a group."""
+    app_label, codename = eligibility.DECIDE.split(".")
+    permission = Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+    granted = Q(is_superuser=True) | Q(user_permissions__in=permission) | Q(groups__permissions__in=permission)
+    return User.objects.filter(granted, is_active=True)
 
 
 def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:

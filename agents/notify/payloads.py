@@ -32,7 +32,10 @@ def event(event_type: str, approval: Approval) -> dict[str, Any]:
             "run_id": run.id,
             "agent": run.agent,
             "tool": approval.tool,
-            "arguments": approval.tool_call.arguments,
+            # What a decision now approves (a quorum vote's edit, else the model's), and its digest:
+            # a link or button must never approve arguments other than those its message showed.
+            "arguments": approval.current_arguments,
+            "arguments_digest": approval.digest,
             "prompt": run.input[:2000],
             "requested_by": run.created_by,
             "status": approval.status,
@@ -50,6 +53,9 @@ def headline(payload: dict[str, Any]) -> str:
     data, kind = payload["data"], payload["type"]
     if kind == "approval.decided":
         return f"{data['tool']} was {data['status']} by {data['decided_by'] or 'the system'}"
+    if kind == "approval.expired" and data.get("decided_by") not in (None, "", "system"):
+        # Ended by a person (a cancelled run, agents.services.runs.run_cancel), not by its deadline.
+        return f"{data['tool']} will not run: {data['note'] or 'it was withdrawn'} by {data['decided_by']}"
     if kind == "approval.expired":
         return f"{data['tool']} expired without a decision"
     if kind == "approval.reminder":

@@ -183,6 +183,8 @@ def approval_remind_due() -> int:
     now = timezone.now()
     sent = 0
     waiting = Approval.objects.filter(status=Approval.Status.PENDING, remind_every_seconds__isnull=False)
+    # A scheduled call (the tool's remind_every came with its rule) waits for its time, not for anyone.
+    waiting = waiting.exclude(on_timeout=Approval.OnTimeout.RUN)
     for approval in waiting.only("pk", "created_at", "last_reminded_at", "remind_every_seconds"):
         last = approval.last_reminded_at or approval.created_at
         if last + timedelta(seconds=approval.remind_every_seconds or 0) > now:

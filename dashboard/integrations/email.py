@@ -13,7 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from agents import services
-from agents.models import Approval, AuditEntry, arguments_digest
+from agents.models import Approval, AuditEntry
 from agents.notify.channels import ONE_CLICK_MAX_AGE, ONE_CLICK_SALT
 from agents.notify.models import OneClickLink
 from agents.services import notify as notify_services
@@ -29,6 +29,7 @@ class Link:
     username: str
     nonce: str
     decision: str
+    digest: str  # of the arguments the mail showed
 
 
 class LinkRefused(Exception):
@@ -43,7 +44,7 @@ def one_click(request: HttpRequest, token: str) -> HttpResponse:
         link = _link(token)
     except LinkRefused as exc:
         return render(request, TEMPLATE, {"refused": str(exc)}, status=400)
-    context: dict[str, Any] = {"link": link, "approval": link.approval}
+    context: dict[str, Any] = {"link": link, "approval": link.approval, "arguments": link.approval.current_arguments}
     if link.approval.status != Approval.Status.PENDING:
         return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
     if link.decision == Approval.Status.APPROVED and link.approval.request is not None:
@@ -66,12 +67,13 @@ def _link(token: str) -> Link:
     approval = Approval.objects.select_related("tool_call", "run").filter(pk=claims.get("a", "")).first()
     if approval is None or claims.get("k") not in ("approved", "rejected"):
         raise LinkRefused("This link is not valid.")
-    if claims.get("d") != arguments_digest(approval.tool_call.arguments):
+    # The current arguments (a quorum vote may have edited them), not the model's: those are what it would approve.
+    if claims.get("d") != approval.digest:
         raise LinkRefused("The call changed since this mail was sent. Open the approval in agentfast instead.")
     used = OneClickLink.objects.filter(nonce=claims.get("n", ""), approval_id=approval.id, username=claims.get("u"))
     if not used.filter(used_at__isnull=True).exists():
         raise LinkRefused("This link was already used; each link works once.")
-    return Link(approval=approval, username=claims["u"], nonce=claims["n"], decision=claims["k"])
+    return Link(approval=approval, username=claims["u"], nonce=claims["n"], decision=claims["k"], digest=claims["d"])
 
 
 def _decide(request: HttpRequest, link: Link, context: dict[str, Any]) -> HttpResponse:
@@ -89,10 +91,16 @@ def _decide(request: HttpRequest, link: Link, context: dict[str, Any]) -> HttpRe
     if not notify_services.oneclick_use(nonce=link.nonce, approval_id=link.approval.id, username=link.username):
         return render(request, TEMPLATE, {"refused": "This link was already used; each link works once."}, status=400)
     try:
-        services.approval_decide(approval_id=link.approval.id, decision=link.decision, attempt=attempt)
+        # Bound to the digest under the decision's locks too: an edit between the page and the press refuses it.
+        services.approval_decide(
+            approval_id=link.approval.id, decision=link.decision, attempt=attempt, expect_digest=link.digest
+        )
     except (services.AlreadyDecided, services.WrongState):
         link.approval.refresh_from_db()
         return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
+    except services.DigestMismatch:
+        refused = "The call changed since this mail was sent. Open the approval in agentfast instead."
+        return render(request, TEMPLATE, {**context, "refused": refused}, status=409)
     except services.InvalidInput as exc:
         return render(request, TEMPLATE, {**context, "refused": exc.message}, status=422)
     except (services.NotPermitted, services.NotFound) as exc:  # outside the call's approvers, four eyes: audited

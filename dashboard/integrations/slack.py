@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from agents import services, text
 from agents.models import Approval, AuditEntry
-from agents.notify.channels import slack_outcome
+from agents.notify.channels import DECISION_BLOCK, slack_outcome
 from agents.notify.models import Delivery, SlackLink
 from agents.notify.tasks import deliver
 from agents.services import notify as notify_services
@@ -67,7 +67,8 @@ def _verify(request: HttpRequest) -> None:
         raise Refused("the request is older than 5 minutes (or has no timestamp)")
     base = b"v0:" + stamp.encode() + b":" + request.body
     expected = "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, signature):
+    # As bytes: compare_digest raises on a str beyond ASCII, which any sender may put in the header.
+    if not hmac.compare_digest(expected.encode(), signature.encode("utf-8", "surrogateescape")):
         raise Refused("bad signature")
     if not notify_services.slack_request_remember(signature=signature):
         raise Refused("replayed request (this signature was already used)")
@@ -83,6 +84,7 @@ def _action(request: HttpRequest) -> dict[str, Any]:
             "approval_id": str(pressed["value"]),
             "slack_id": str(payload["user"]["id"]),
             "response_url": str(payload.get("response_url") or ""),
+            "expect_digest": _shown_digest(pressed.get("block_id")),
         }
     except (text.UnsafeText, ValueError, KeyError, IndexError, TypeError):
         raise Refused("not a Slack block action") from None
@@ -91,6 +93,14 @@ def _action(request: HttpRequest) -> dict[str, Any]:
     if action["response_url"] and urlparse(action["response_url"]).scheme not in ("http", "https"):
         raise Refused("response_url is not an http(s) URL")
     return action
+
+
+def _shown_digest(block_id: object) -> str:
+    """Return the digest of the arguments the pressed message showed ("" for a message posted without one)."""
+    prefix = f"{DECISION_BLOCK}:"
+    if isinstance(block_id, str) and block_id.startswith(prefix):
+        return block_id.removeprefix(prefix)[:64]
+    return ""
 
 
 def _decide(action: dict[str, Any], origin: str) -> tuple[str, bool]:
@@ -112,7 +122,10 @@ def _decide(action: dict[str, Any], origin: str) -> tuple[str, bool]:
         ), False
     try:
         decision = services.approval_decide(
-            approval_id=action["approval_id"], decision=action["decision"], attempt=attempt
+            approval_id=action["approval_id"],
+            decision=action["decision"],
+            attempt=attempt,
+            expect_digest=action["expect_digest"],  # an edit since the message was posted: its buttons are stale
         )
     except (services.AlreadyDecided, services.WrongState) as exc:
         return outcome_line(exc.details["approval"]), True

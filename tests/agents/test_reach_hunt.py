@@ -1,0 +1,398 @@
+"""Reach: mailed links and Slack buttons decide only the arguments their reviewer saw; messages fit Slack."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from django.contrib.auth.models import User
+from django.core import mail
+from django.http import HttpResponse
+from django.test import Client
+
+from agents import services
+from agents.models import Approval, SideEffect
+from agents.notify import channels, dispatch
+from agents.notify.models import Delivery
+from agents.services import notify as notify_services
+from tests.support.flows import decide, pending, start
+from tests.support.receiver import Receiver
+
+REFUND = "Refund order A1001 for 25.00 USD"
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+QUORUM = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request, send_email]
+tool_overrides:
+  refund_request: {risk: high, hitl_mode: suspend, quorum: 2}
+  send_email: {risk: high, hitl_mode: suspend}
+notifications:
+  - kind: email
+    to: [erin]
+    one_click: true
+  - kind: slack
+    webhook_url_env: TEST_SLACK_WEBHOOK
+"""
+EDITED = {"order_id": "A1001", "amount_cents": 4000}
+
+
+@pytest.fixture
+def chat() -> Iterator[Receiver]:
+    server = Receiver().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def reach(settings, chat: Receiver, agent_config: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Receiver:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    settings.AGENTFAST_SLACK_SIGNING_SECRET = SIGNING_SECRET
+    monkeypatch.setenv("TEST_SLACK_WEBHOOK", chat.url)
+    agent_config(QUORUM)
+    return chat
+
+
+@pytest.fixture
+def erin(db: None) -> User:
+    user, _ = services.user_create(username="erin", role="reviewer", password="erin-password", email="erin@example.com")
+    notify_services.slacklink_set(username="erin", slack_id="UERIN1")
+    return user
+
+
+def _send_all() -> None:
+    for delivery in Delivery.objects.filter(status="pending"):
+        assert dispatch.send(delivery.pk) == "delivered", Delivery.objects.get(pk=delivery.pk).last_error
+
+
+def _paused(capture: Callable[..., Any], prompt: str = REFUND) -> Approval:
+    with capture(execute=True):
+        run = start(prompt)
+    _send_all()
+    return pending(run)[0]
+
+
+def _links(message: mail.EmailMessage) -> dict[str, str]:
+    found = dict(re.findall(r"(Approve|Reject): +http://localhost:8321(/integrations/email/\S+)", message.body))
+    return {"approved": found["Approve"], "rejected": found["Reject"]}
+
+
+def _confirm(client: Client, path: str) -> tuple[int, str]:
+    page = client.get(path)
+    if page.status_code != 200:
+        return page.status_code, page.content.decode()
+    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.content).group(1).decode()
+    answer = client.post(path, {"csrfmiddlewaretoken": token})
+    return answer.status_code, answer.content.decode()
+
+
+def _press(message: dict[str, Any], decision: str, slack_id: str, capture: Callable[..., Any]) -> HttpResponse:
+    """Press a button of a posted message, as Slack reports it: the action, its block and value."""
+    block = next(block for block in message["blocks"] if block["type"] == "actions")
+    button = next(element for element in block["elements"] if element["action_id"] == decision)
+    action = {"action_id": decision, "block_id": block["block_id"], "value": button["value"], "type": "button"}
+    payload = {"type": "block_actions", "user": {"id": slack_id}, "response_url": "", "actions": [action]}
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    stamp = str(int(time.time()))
+    digest = hmac.new(SIGNING_SECRET.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+    with capture(execute=True):
+        return Client().post(
+            "/integrations/slack/actions",
+            body,
+            content_type="application/x-www-form-urlencoded",
+            HTTP_X_SLACK_REQUEST_TIMESTAMP=stamp,
+            HTTP_X_SLACK_SIGNATURE=f"v0={digest}",
+        )
+
+
+def test_it_refuses_a_mailed_approve_link_once_another_reviewer_edited_the_arguments(
+    reach, erin, alice, django_capture_on_commit_callbacks
+):
+    approval = _paused(django_capture_on_commit_callbacks)
+    links = _links(mail.outbox[0])
+    # Alice approves 25.00 edited to 40.00: one of the two approvals the quorum needs.
+    decide(approval, "approved", by="alice", arguments=EDITED)
+
+    status, content = _confirm(Client(enforce_csrf_checks=True), links["approved"])
+
+    assert status == 400 and "The call changed since this mail was sent" in content
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert not SideEffect.objects.exists()
+
+
+def test_it_mails_a_reminder_with_the_edited_arguments_and_its_link_approves_them(
+    reach, erin, alice, agent_config, django_capture_on_commit_callbacks
+):
+    agent_config(QUORUM.replace("quorum: 2}", "quorum: 2, remind_every: 1s}"))
+    approval = _paused(django_capture_on_commit_callbacks)
+    decide(approval, "approved", by="alice", arguments=EDITED)
+    Approval.objects.filter(pk=approval.pk).update(
+        last_reminded_at=None, created_at=approval.created_at.replace(year=2000)
+    )
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.approval_remind_due() == 1
+    _send_all()
+
+    [reminder] = mail.outbox
+    assert '"amount_cents": 4000' in reminder.body  # what an approval now approves, not the model's 2500
+    page = Client().get(_links(reminder)["approved"])
+    assert page.status_code == 200 and b"4000" in page.content and b"2500" not in page.content
+    status, _ = _confirm(Client(enforce_csrf_checks=True), _links(reminder)["approved"])
+    approval.refresh_from_db()
+    assert status == 200 and (approval.status, approval.arguments) == ("approved", EDITED)
+
+
+def test_it_refuses_a_slack_approve_pressed_on_arguments_edited_since_the_message(
+    reach, erin, alice, django_capture_on_commit_callbacks
+):
+    approval = _paused(django_capture_on_commit_callbacks)
+    [message] = [item.body for item in reach.received if item.body.get("blocks")]
+    decide(approval, "approved", by="alice", arguments=EDITED)
+
+    answer = _press(message, "approved", "UERIN1", django_capture_on_commit_callbacks)
+
+    assert answer.status_code == 200 and "arguments changed" in answer.json()["text"]
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert not SideEffect.objects.exists()
+
+
+def test_it_still_decides_from_slack_when_the_arguments_are_those_shown(
+    reach, erin, alice, django_capture_on_commit_callbacks
+):
+    approval = _paused(django_capture_on_commit_callbacks)
+    [message] = [item.body for item in reach.received if item.body.get("blocks")]
+    decide(approval, "approved", by="alice")
+
+    answer = _press(message, "approved", "UERIN1", django_capture_on_commit_callbacks)
+
+    approval.refresh_from_db()
+    assert answer.json()["text"] == "refund_request was approved by erin"
+    assert approval.status == "approved"
+
+
+def test_it_keeps_each_slack_section_within_slacks_3000_characters_when_escaping_grows_the_text(
+    reach, erin, django_capture_on_commit_callbacks
+):
+    html = "<p>" + "&lt;b&gt; " * 400 + "</p>"  # a mail body of markup: each < and & grows four- or fivefold
+    _paused(django_capture_on_commit_callbacks, prompt=f"Email bob@example.com that {html}")
+    [message] = [item.body for item in reach.received if item.body.get("blocks")]
+    for block in message["blocks"]:
+        if block["type"] == "section":
+            text = block["text"]["text"]
+            assert len(text) <= 3000
+            assert "<" not in text.replace("<http://localhost:8321/approvals/", "")  # still escaped throughout
+            assert not re.search(r"&(?!amp;|lt;|gt;)", text)  # no entity cut in half
+    assert "Open in agentfast>" in message["blocks"][1]["text"]["text"]  # the link survives the cut
+
+
+DECIDED = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request]
+tool_overrides:
+  refund_request: {risk: high, hitl_mode: suspend}
+notifications:
+  - kind: email
+    to: [erin]
+    events: [approval.decided]
+  - kind: slack
+    webhook_url_env: TEST_SLACK_WEBHOOK
+    events: [approval.decided]
+"""
+
+
+def test_it_mails_and_posts_a_decision_whose_recorded_name_carries_a_line_break_or_slack_markup(
+    reach, erin, agent_config, django_capture_on_commit_callbacks
+):
+    agent_config(DECIDED)
+    with django_capture_on_commit_callbacks(execute=True):
+        [approval] = pending(start(REFUND))
+    # The CLI's --by keeps any name for a call open to every reviewer: a pasted one may hold a line break.
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(approval, "approved", by="ops <!channel>\r\nBcc: mallory@example.com")
+
+    _send_all()
+
+    [message] = mail.outbox
+    assert "\n" not in message.subject and "\r" not in message.subject
+    assert message.subject.startswith("[agentfast] refund_request was approved by ops")
+    assert message.to == ["erin@example.com"] and not message.bcc
+    [posted] = [item.body for item in reach.received]
+    assert "<!channel>" not in json.dumps(posted)  # nobody is paged by a name
+    assert "&lt;!channel&gt;" in posted["text"]
+
+
+def test_it_tells_that_a_call_ended_with_its_cancelled_run_not_that_nobody_decided_in_time(
+    reach, erin, agent_config, django_capture_on_commit_callbacks
+):
+    agent_config(DECIDED.replace("approval.decided", "approval.expired"))
+    with django_capture_on_commit_callbacks(execute=True):
+        [approval] = pending(start(REFUND))
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_cancel(run_id=approval.run_id, attempt=services.Attempt(actor="bob", source="cli"))
+
+    _send_all()
+
+    [message] = mail.outbox
+    assert message.subject == "[agentfast] refund_request will not run: the run was cancelled by bob"
+    assert "expired without a decision" not in json.dumps([item.body for item in reach.received])
+
+
+SCHEDULED = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request]
+tool_overrides:
+  refund_request:
+    risk: high
+    hitl_mode: suspend
+    remind_every: 1s
+    rules:
+      - {name: at night, when: "true", action: schedule, at: "now + duration('9h')"}
+notifications:
+  - kind: email
+    to: [erin]
+    one_click: true
+  - kind: slack
+    webhook_url_env: TEST_SLACK_WEBHOOK
+"""
+
+
+def test_it_neither_asks_nor_reminds_anyone_to_decide_a_call_that_is_only_scheduled(
+    reach, erin, agent_config, django_capture_on_commit_callbacks
+):
+    agent_config(SCHEDULED)
+    with django_capture_on_commit_callbacks(execute=True):
+        [approval] = pending(start(REFUND))
+    assert approval.on_timeout == Approval.OnTimeout.RUN
+    Approval.objects.filter(pk=approval.pk).update(created_at=approval.created_at.replace(year=2000))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        reminded = services.approval_remind_due()
+    _send_all()
+
+    assert reminded == 0
+    assert not mail.outbox and not reach.received  # no "needs a decision", no Approve link, every second for 9 h
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+def test_it_mails_no_call_to_a_named_person_who_is_no_longer_a_reviewer(
+    reach, erin, alice, django_capture_on_commit_callbacks
+):
+    services.user_create(username="gail", role="reviewer", email="gail@example.com")
+    erin.groups.clear()  # erin's reviewer role ends: she may no longer read calls, nor decide them
+    with django_capture_on_commit_callbacks(execute=True):
+        [approval] = pending(start(REFUND))
+    Delivery.objects.filter(kind="slack").delete()
+    _send_all()
+    assert not mail.outbox  # no tool, no arguments, no prompt, no link for her
+
+    erin.groups.add(services.role_groups_ensure()["reviewer"])
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(approval, "rejected", by="alice")
+    [stored] = Delivery.objects.filter(kind="email", event_type="approval.decided")
+    erin.groups.clear()  # between the event and its sending
+    assert dispatch.send(stored.pk) == "pending"
+    assert not mail.outbox and "no longer a reviewer" in Delivery.objects.get(pk=stored.pk).last_error
+
+
+@pytest.mark.parametrize("secret", ["whsec_AA==", "whsec_!!not-base64!!", "whsec_" + "c2hvcnQ="])
+def test_it_signs_no_webhook_with_a_secret_anyone_could_guess(
+    db, secret, agent_config, monkeypatch, django_capture_on_commit_callbacks
+):
+    server = Receiver(secret=secret).start()
+    try:
+        monkeypatch.setenv("TEST_WEBHOOK_SECRET", secret)
+        agent_config(
+            QUORUM.split("notifications:")[0]
+            + f"notifications:\n  - kind: webhook\n    url: {server.url}\n    secret_env: TEST_WEBHOOK_SECRET\n"
+        )
+        with django_capture_on_commit_callbacks(execute=True):
+            start(REFUND)
+        [delivery] = Delivery.objects.all()
+        assert dispatch.send(delivery.pk) == "pending"
+        assert not server.received  # a one-byte key is guessed in 256 tries: its signatures prove nothing
+        assert (
+            "TEST_WEBHOOK_SECRET must hold a whsec_ secret: at least 24 bytes"
+            in Delivery.objects.get(pk=delivery.pk).last_error
+        )
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def silent_smtp() -> Iterator[int]:
+    """A mail server that takes the connection and never says a word; it hangs up after 10 s."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            accepted.append(listener.accept()[0])
+            time.sleep(10)
+            accepted[0].close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield listener.getsockname()[1]
+    listener.close()
+    for connection in accepted:
+        connection.close()
+
+
+def test_it_gives_up_a_mail_attempt_on_a_server_that_never_answers(
+    settings, silent_smtp, erin, agent_config, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", silent_smtp
+    monkeypatch.setattr(channels, "ATTEMPT_SECONDS", 2.0)  # 30 s in production
+    agent_config(QUORUM.split("  - kind: slack")[0])
+    with django_capture_on_commit_callbacks(execute=True):
+        start(REFUND)
+    [delivery] = Delivery.objects.all()
+
+    began = time.monotonic()
+    status = dispatch.send(delivery.pk)
+
+    # Unbounded, the worker's thread waits as long as the server holds on, and once the claim's
+    # minute has passed the sweeper sends the same mail again beside it.
+    assert time.monotonic() - began < 8
+    assert status == "pending" and "timed out" in Delivery.objects.get(pk=delivery.pk).last_error
+
+
+def test_it_mails_admins_and_superusers_but_not_an_agent_account_of_the_same_group(db, reach, agent_config):
+    services.user_create(username="ada", role="admin", email="ada@example.com", groups=("ops",))
+    services.user_create(username="gatekeeper", role="agent", email="bot@example.com", groups=("ops",))
+    User.objects.create_superuser("root", "root@example.com", "a root password 1")
+    agent_config(QUORUM.replace("to: [erin]", "to: [group:ops, root]"))
+
+    assert dispatch.recipients(("group:ops", "root")) == ["ada", "root"]
+
+
+def test_it_refuses_a_slack_signature_of_characters_beyond_ascii_as_bad_not_with_a_server_error(
+    reach, erin, django_capture_on_commit_callbacks
+):
+    body = urlencode({"payload": json.dumps({"type": "block_actions"})}).encode()
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = Client(raise_request_exception=False).post(
+            "/integrations/slack/actions",
+            body,
+            content_type="application/x-www-form-urlencoded",
+            HTTP_X_SLACK_REQUEST_TIMESTAMP=str(int(time.time())),
+            HTTP_X_SLACK_SIGNATURE="v0=é",
+        )
+    assert answer.status_code == 403 and answer.json()["error"] == "bad signature"
