@@ -47,6 +47,10 @@ def sweep() -> SweepReport:
         # grace period would otherwise jump ahead of decisions waiting for their effect.
         queue.start_on_commit(run_id)
     report.runs += [*stranded, *never_started]
+    # Sent now: the next sweep leaves them to this message for a grace period. A backlog that
+    # keeps runs waiting longer than the grace would otherwise get a copy of each run's message
+    # at every sweep, each a no-op for the lease but all of them work for the broker and the workers.
+    Run.objects.filter(pk__in=report.runs).update(updated_at=now)
     for call_pk in ToolCall.objects.filter(
         hitl_mode=Approval.Mode.DEFER,
         result__isnull=True,
@@ -83,10 +87,13 @@ def _stranded_runs(now: datetime, grace: datetime) -> tuple[list[str], list[str]
     no result until a drive settles it, which takes the lease and leaves `suspended`. So
     a stranded run always has such a call, and the check costs as much as there are
     decisions waiting for their resume, however many runs wait on a person.
+
+    Each kind also waits a grace period after the run's last change (`updated_at`): that is when
+    it was queued again (a retry), or sent again by an earlier sweep.
     """
-    dead = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+    dead = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=now, updated_at__lt=grace)
     lost_start = Run.objects.filter(
-        status=Run.Status.QUEUED, auto_resume=True, lease_expires_at__isnull=True, created_at__lt=grace
+        status=Run.Status.QUEUED, auto_resume=True, lease_expires_at__isnull=True, updated_at__lt=grace
     )
     decided_unrun = ToolCall.objects.filter(
         hitl_mode=Approval.Mode.SUSPEND,
@@ -97,7 +104,7 @@ def _stranded_runs(now: datetime, grace: datetime) -> tuple[list[str], list[str]
         Run.objects.filter(pk__in=decided_unrun, status=Run.Status.SUSPENDED, auto_resume=True)
         .filter(~pending_suspend_approvals())
         .annotate(last_decision=Max("approvals__decided_at"))
-        .filter(last_decision__lt=grace)
+        .filter(last_decision__lt=grace, updated_at__lt=grace)
     )
     stranded = [*dead.values_list("id", flat=True), *decided.values_list("id", flat=True)]
     return stranded, list(lost_start.values_list("id", flat=True))

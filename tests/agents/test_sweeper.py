@@ -18,15 +18,36 @@ REFUND = "Refund order A1001 for 25.00 USD"
 def age(run: Run, seconds: float) -> None:
     """Pretend the run's last activity was `seconds` ago."""
     past = timezone.now() - timedelta(seconds=seconds)
-    Run.objects.filter(pk=run.pk).update(created_at=past)
+    Run.objects.filter(pk=run.pk).update(created_at=past, updated_at=past)
     Approval.objects.filter(run=run).exclude(decided_at=None).update(decided_at=past)
 
 
 def test_it_re_enqueues_a_run_whose_worker_died(db, django_capture_on_commit_callbacks):
     run = services.run_create(agent="support", input=REFUND, enqueue=False)
     assert services.run_lease(run_id=run.id, owner="dead-worker", ttl=-1) is not None  # already expired
+    age(run, 60)
 
     assert sweep().runs == [run.id]
+
+
+def test_it_sends_a_stranded_run_again_once_per_grace_period_not_at_every_sweep(db, settings):
+    # A backlog longer than the grace period keeps the message the last sweep sent waiting:
+    # a copy at every sweep (each 5 s) would pile up in the broker, each a no-op for the lease.
+    settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
+    lost = services.run_create(agent="support", input=REFUND, enqueue=False)
+    dead = services.run_create(agent="support", input=REFUND, enqueue=False)
+    services.run_lease(run_id=dead.id, owner="dead-worker", ttl=-1)
+    decided = start(REFUND)
+    decide(pending(decided)[0], "approved", auto_resume=False)
+    for run in (lost, dead, decided):
+        age(run, 60)
+
+    assert sorted(sweep().runs) == sorted([lost.id, dead.id, decided.id])
+    assert sweep().runs == []  # their messages may still be on the way
+
+    for run in (lost, dead, decided):
+        age(run, 11)
+    assert sorted(sweep().runs) == sorted([lost.id, dead.id, decided.id])
 
 
 def test_it_leaves_a_run_with_a_live_lease_alone(db):
@@ -56,6 +77,7 @@ def test_it_starts_a_lost_run_behind_decided_ones_and_resumes_a_dead_one_ahead(
     age(lost, 60)
     dead = services.run_create(agent="support", input=REFUND, enqueue=False)
     services.run_lease(run_id=dead.id, owner="dead-worker", ttl=-1)
+    age(dead, 60)
 
     with django_capture_on_commit_callbacks(execute=True):
         assert sorted(sweep().runs) == sorted([lost.id, dead.id])
