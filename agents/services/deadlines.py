@@ -64,12 +64,18 @@ def deadline_hop(*, approval_id: str, when: str) -> bool:
     return True
 
 
+EDITED_SHORT_OF_QUORUM = (
+    "no quorum before the deadline for the edited arguments (on_timeout approve runs only the model's, unedited)"
+)
+
+
 def approval_deadline_fire(*, approval_id: str) -> str:
     """Give a pending approval past its deadline its outcome; return it ("" when nothing was due).
 
     1. Under the run's row lock (the order decisions and cancels take), re-read the approval:
        a decision, an extension or an earlier firing since the task was scheduled wins.
-    2. Escalate once (when asked and not done yet), approve, run (scheduled), or expire.
+    2. Escalate once (when asked and not done yet), approve, run (scheduled), or expire. An
+       `approve` expires instead when a vote edited the arguments short of its quorum.
     """
     with transaction.atomic():
         run_id = Approval.objects.filter(pk=approval_id).values_list("run_id", flat=True).first()
@@ -84,6 +90,12 @@ def approval_deadline_fire(*, approval_id: str) -> str:
         if outcome == Approval.OnTimeout.ESCALATE and approval.escalated_at is None and approval.escalate_to:
             _escalate(approval, now)
             return "escalated"
+        if outcome == Approval.OnTimeout.APPROVE and approval.arguments is not None:
+            # A pending edit is a vote's that fell short of its quorum: only its voter approved those
+            # arguments. Approving them would let one person's edit past the quorum, the model's would
+            # overrule that person's change: neither runs.
+            approval_expire(approval=approval, actor="system", reason=EDITED_SHORT_OF_QUORUM)
+            return "expired"
         if outcome == Approval.OnTimeout.APPROVE:
             approval_approve_as(approval=approval, actor=DEADLINE, note="approved by its deadline: nobody decided")
             return "approved"

@@ -25,7 +25,7 @@ from agents.tasks import approval_deadline
 from dashboard import cli
 from tests.conftest import wait_for
 from tests.support.broker import take_queued
-from tests.support.flows import pending, resume, start, tool_outputs
+from tests.support.flows import decide, pending, resume, start, tool_outputs
 
 REFUND = "Refund order A1001 for 25.00 USD"
 CONFIG = """
@@ -126,6 +126,26 @@ def test_it_approves_at_the_deadline_audited_as_the_deadlines_decision(deadline)
     assert (entry.actor, entry.source, entry.outcome) == ("deadline", "system", "decided")
     assert tool_outputs(run)[-1]["ok"] is True
     assert SideEffect.objects.filter(tool="refund_request").count() == 1
+
+
+def test_it_runs_no_edit_that_a_vote_short_of_its_quorum_made_when_the_deadline_approves(deadline):
+    # Two of finance must approve; alice's vote changes the amount, then nobody else decides. The
+    # deadline's approve would otherwise run arguments only alice approved (or overrule her edit).
+    services.user_create(username="carol", role="reviewer", groups=("finance",))
+    deadline(timeout=1, on_timeout="approve", quorum=2)
+    run = start(REFUND)
+    [approval] = pending(run)
+    edited = {**approval.tool_call.arguments, "amount_cents": 4999}
+    assert decide(approval, "approved", arguments=edited).outcome == AuditEntry.Outcome.VOTED
+
+    assert approval_deadline_fire(approval_id=past_deadline(approval).id) == "expired"
+    run = resume(run)
+
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("expired", "system")
+    assert "edited arguments" in approval.note
+    assert tool_outputs(run)[-1]["error_code"] == "APPROVAL_EXPIRED"
+    assert not SideEffect.objects.exists()
 
 
 def test_it_escalates_once_then_rejects_at_the_second_expiry(deadline, django_capture_on_commit_callbacks):
