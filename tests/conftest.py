@@ -73,6 +73,14 @@ def broker() -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(autouse=True)
+def _empty_cache() -> None:
+    """Every test starts with an empty Django cache (the process's memory): no limit an earlier test reached."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def _redis(redis_server: RedisControl) -> RedisControl:
     """Every test gets a running, empty Redis (a test that stopped it gets it back).
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import time
 from typing import Any
 from urllib.parse import urlparse
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
@@ -24,7 +26,13 @@ from agents.services.notify import Target
 from dashboard.auth import client_address, is_reviewer
 from dashboard.integrations.outcome import outcome_line
 
+logger = logging.getLogger(__name__)
+
 WINDOW_SECONDS = 5 * 60  # Slack's advice: refuse a request signed longer ago than this
+# Anyone can POST here, and a refused request names nobody: audited each time, a stream of them
+# would fill the audit and take the audit chain's lock, which every decision waits on, once each.
+# The first refusal from an address in this many seconds is audited; the others are logged.
+REFUSED_AUDIT_SECONDS = 60
 
 
 class Refused(Exception):
@@ -40,11 +48,7 @@ def actions(request: HttpRequest) -> HttpResponse:
         _verify(request)
         action = _action(request)
     except Refused as exc:
-        notify_services.audit_refused_request(
-            attempt=services.Attempt(actor="(slack, unverified)", source=AuditEntry.Source.SLACK, origin=origin),
-            action="slack_action",
-            reason=str(exc),
-        )
+        _audit_refused(origin, client_address(request), str(exc))
         return JsonResponse({"error": str(exc)}, status=403)
     headline, settled = _decide(action, origin)
     # Only a decision that stands replaces the channel's message: a refusal (an unlinked
@@ -53,6 +57,18 @@ def actions(request: HttpRequest) -> HttpResponse:
     if settled:
         _update_message(action["response_url"], headline)
     return JsonResponse({"text": headline, "response_type": "ephemeral"})
+
+
+def _audit_refused(origin: str, address: str, reason: str) -> None:
+    """Audit a refused request, unless one from the same address was audited within REFUSED_AUDIT_SECONDS."""
+    if not cache.add(f"agentfast:slack-refused:{address}", True, REFUSED_AUDIT_SECONDS):
+        logger.warning("refused a Slack request from %s (audited once a minute an address): %s", address, reason)
+        return
+    notify_services.audit_refused_request(
+        attempt=services.Attempt(actor="(slack, unverified)", source=AuditEntry.Source.SLACK, origin=origin),
+        action="slack_action",
+        reason=reason,
+    )
 
 
 def _verify(request: HttpRequest) -> None:

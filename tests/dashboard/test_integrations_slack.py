@@ -157,6 +157,20 @@ def test_it_refuses_and_audits_a_request_slack_did_not_just_sign(
         assert Approval.objects.get(pk=approval.pk).status == "pending"
 
 
+def test_it_audits_a_stream_of_forged_requests_once_a_minute_and_refuses_them_all(
+    approval, slack, django_capture_on_commit_callbacks
+):
+    # Anyone may POST here: each refusal audited would fill the audit and hold its chain's lock.
+    body = _body(approval.id, "approved", "UALICE1", slack.url)
+    answers = [
+        _post(body, _signed(body, secret="not the secret"), django_capture_on_commit_callbacks) for _ in range(5)
+    ]
+
+    assert [answer.status_code for answer in answers] == [403] * 5
+    assert AuditEntry.objects.filter(outcome="not_permitted", source="slack").count() == 1
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
 def test_it_refuses_a_slack_user_linked_to_nobody(approval, slack, django_capture_on_commit_callbacks):
     body = _body(approval.id, "approved", "USTRANGER", slack.url)
     answer = _post(body, _signed(body), django_capture_on_commit_callbacks)
