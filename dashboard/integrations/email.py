@@ -44,6 +44,10 @@ def one_click(request: HttpRequest, token: str) -> HttpResponse:
         link = _link(token)
     except LinkRefused as exc:
         return render(request, TEMPLATE, {"refused": str(exc)}, status=400)
+    if request.method == "GET" and not _may_read(link.username):
+        # The mail outlives the role (a forwarded mail, a leaver's mailbox): nothing of the call is shown.
+        # A POST goes on to _decide, which refuses it audited.
+        return render(request, TEMPLATE, {"refused": f"{link.username} may not decide approvals."}, status=403)
     context: dict[str, Any] = {"link": link, "approval": link.approval, "arguments": link.approval.current_arguments}
     if link.approval.status != Approval.Status.PENDING:
         return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
@@ -76,10 +80,15 @@ def _link(token: str) -> Link:
     return Link(approval=approval, username=claims["u"], nonce=claims["n"], decision=claims["k"], digest=claims["d"])
 
 
+def _may_read(username: str) -> bool:
+    """Return whether a link's recipient is still a reviewer (or an admin), active: whom its page may show the call."""
+    user = User.objects.filter(username=username).first()
+    return user is not None and is_reviewer(user)
+
+
 def _decide(request: HttpRequest, link: Link, context: dict[str, Any]) -> HttpResponse:
     attempt = services.Attempt(actor=link.username, source=AuditEntry.Source.EMAIL, origin=client_address(request))
-    user = User.objects.filter(username=link.username).first()
-    if user is None or not is_reviewer(user):
+    if not _may_read(link.username):
         services.approval_refuse(
             approval_id=link.approval.id,
             decision=link.decision,

@@ -120,9 +120,16 @@ def test_it_refuses_a_forged_or_altered_link(mailed, erin, django_capture_on_com
 def test_it_refuses_a_link_of_someone_who_is_no_longer_a_reviewer(mailed, erin, django_capture_on_commit_callbacks):
     approval = _paused_and_mailed(django_capture_on_commit_callbacks)
     path = _links(mail.outbox[0])["approved"]
+    client = Client(enforce_csrf_checks=True)
+    page = client.get(path)  # opened while erin was still a reviewer: the form's token stays valid
+    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.content).group(1).decode()
     erin.groups.clear()
-    status, content = _confirm(Client(enforce_csrf_checks=True), path)
-    assert status == 403 and "may not decide" in content
+
+    again = client.get(path)  # the mail outlives the role: the page shows nothing of the call any more
+    assert again.status_code == 403 and b"may not decide" in again.content
+    assert b"amount_cents" not in again.content and REFUND.encode() not in again.content
+    answer = client.post(path, {"csrfmiddlewaretoken": token})
+    assert answer.status_code == 403 and b"may not decide" in answer.content
     assert Approval.objects.get(pk=approval.pk).status == "pending"
     assert AuditEntry.objects.get().outcome == "not_permitted"
 
