@@ -48,7 +48,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from agents import text
-from agents.notify.config import NotificationConfig
+from agents.notify.config import NotificationConfig, WebhookChannel
 
 RISKS = ("low", "high")
 MODES = ("suspend", "defer")
@@ -292,6 +292,21 @@ class ConfigFile(_Entry):
     notifications: list[NotificationConfig] = Field(default_factory=list)
     # `mcp: {SERVER: {TOOL: …}}`: the tools `agentfast mcp-proxy` serves, as policy tool `mcp.SERVER.TOOL`.
     mcp: dict[StrictStr, dict[StrictStr, ToolPolicy]] = Field(default_factory=dict)
+
+    @field_validator("notifications")
+    @classmethod
+    def _one_secret_a_url(cls, entries: list[NotificationConfig]) -> list[NotificationConfig]:
+        # A delivery finds its secret by its URL: a second entry for one URL would be signed with the first's.
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(entries):
+            if isinstance(entry, WebhookChannel):
+                if entry.url in seen:
+                    raise ValueError(
+                        f"notifications[{index}] repeats the url of notifications[{seen[entry.url]}]: "
+                        "one webhook entry a URL (list every event it wants in its events:)"
+                    )
+                seen[entry.url] = index
+        return entries
 
 
 def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:

@@ -217,6 +217,16 @@ def test_it_refuses_notification_entries_it_does_not_understand(agent_config):
     assert Delivery._meta.get_field("target").max_length == 500
 
 
+def test_it_refuses_two_webhook_entries_for_one_url(agent_config):
+    # A delivery finds its secret by its URL: the second entry's events would be signed with the first's secret.
+    hook = "{kind: webhook, url: 'https://hooks.example.com/a', secret_env: %s, events: [%s]}"
+    entries = [hook % ("FIRST_SECRET", "approval.required"), hook % ("SECOND_SECRET", "approval.decided")]
+    agent_config(AGENT + "notifications:\n" + "".join(f"  - {entry}\n" for entry in entries))
+
+    with pytest.raises(ConfigError, match=r"notifications\[1\] repeats the url of notifications\[0\]"):
+        get_policy()
+
+
 @pytest.fixture
 def silent_mail_server() -> Iterator[int]:
     """A local TCP server standing for a mail server that takes connections and never says a word."""
