@@ -286,7 +286,16 @@ def _write_private(path: Path, content: str) -> None:
     path.chmod(0o600)  # an older file keeps its mode through O_CREAT
 
 
+def _say_configuration_problems() -> None:
+    """Print, before a process starts, what will make notifications fail (an unset secret, a weak one)."""
+    from agents.notify.channels import configuration_problems
+
+    for problem in configuration_problems():
+        print(f"agentfast: warning: {problem}", file=sys.stderr, flush=True)
+
+
 def _serve(args: argparse.Namespace) -> None:
+    _say_configuration_problems()
     # daphne sizes the thread pool of sync work from ASGI_THREADS when it starts (Python's default is cpus + 4).
     os.environ.setdefault("ASGI_THREADS", str(WEB_THREADS))
     os.execvp(
@@ -309,6 +318,7 @@ WEB_THREADS = 32
 
 
 def _worker(args: argparse.Namespace) -> None:
+    _say_configuration_problems()
     os.execvp(
         sys.executable,
         [

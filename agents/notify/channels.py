@@ -20,7 +20,7 @@ from standardwebhooks.webhooks import Webhook
 
 from agents.models import arguments_digest
 from agents.notify import payloads
-from agents.notify.config import WebhookChannel
+from agents.notify.config import SlackChannel, WebhookChannel
 from agents.notify.models import Delivery
 from agents.policy.config import get_policy
 from agents.services import eligibility
@@ -114,6 +114,27 @@ def _webhook_secret(url: str) -> str:
                 )
             return secret
     raise NotSendable(f"no webhook for {url} in the configuration any more")
+
+
+def configuration_problems() -> list[str]:
+    """Return what will make the configured notifications fail, for the commands that start the site to say.
+
+    Only said, never fatal: the approvals work without their notifications, and a delivery that
+    fails for it is kept and retried, so setting the variable and restarting sends it.
+    """
+    problems = []
+    for index, channel in enumerate(get_policy().notifications):
+        where = f"notifications[{index}] ({channel.kind})"
+        try:
+            if isinstance(channel, WebhookChannel):
+                _webhook_secret(channel.url)
+            elif isinstance(channel, SlackChannel):
+                _env(channel.webhook_url_env)
+        except NotSendable as exc:
+            problems.append(f"{where}: {exc}; its deliveries fail until it is")
+        if isinstance(channel, SlackChannel) and not settings.AGENTFAST_SLACK_SIGNING_SECRET:
+            problems.append(f"{where}: SLACK_SIGNING_SECRET is not set; presses of its buttons are refused")
+    return problems
 
 
 def _strong(secret: str) -> bool:

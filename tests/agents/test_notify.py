@@ -217,6 +217,46 @@ def test_it_refuses_notification_entries_it_does_not_understand(agent_config):
     assert Delivery._meta.get_field("target").max_length == 500
 
 
+def test_it_says_at_start_what_will_make_deliveries_fail(agent_config, monkeypatch, settings, capsys):
+    from dashboard.processes import _say_configuration_problems
+
+    settings.AGENTFAST_SLACK_SIGNING_SECRET = ""
+    monkeypatch.delenv("UNSET_SECRET", raising=False)
+    monkeypatch.delenv("UNSET_SLACK_URL", raising=False)
+    monkeypatch.setenv("WEAK_SECRET", "whsec_" + base64.b64encode(b"short").decode())
+    monkeypatch.setenv("GOOD_SECRET", "whsec_" + base64.b64encode(bytes(32)).decode())
+    agent_config(
+        AGENT
+        + "notifications:\n"
+        + "  - {kind: webhook, url: 'https://a.example.com/', secret_env: UNSET_SECRET}\n"
+        + "  - {kind: webhook, url: 'https://b.example.com/', secret_env: WEAK_SECRET}\n"
+        + "  - {kind: webhook, url: 'https://c.example.com/', secret_env: GOOD_SECRET}\n"
+        + "  - {kind: slack, webhook_url_env: UNSET_SLACK_URL}\n"
+    )
+
+    _say_configuration_problems()
+
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        (
+            "agentfast: warning: notifications[0] (webhook): the environment variable UNSET_SECRET is not set; "
+            "its deliveries fail until it is"
+        ),
+        (
+            "agentfast: warning: notifications[1] (webhook): WEAK_SECRET must hold a whsec_ secret: at least 24 bytes "
+            "in base64 (a shorter key is guessed, and its signatures prove nothing); its deliveries fail until it is"
+        ),
+        (
+            "agentfast: warning: notifications[3] (slack): the environment variable UNSET_SLACK_URL is not set; "
+            "its deliveries fail until it is"
+        ),
+        (
+            "agentfast: warning: notifications[3] (slack): SLACK_SIGNING_SECRET is not set; presses of its buttons "
+            "are refused"
+        ),
+    ]
+
+
 def test_it_refuses_two_webhook_entries_for_one_url(agent_config):
     # A delivery finds its secret by its URL: the second entry's events would be signed with the first's secret.
     hook = "{kind: webhook, url: 'https://hooks.example.com/a', secret_env: %s, events: [%s]}"
