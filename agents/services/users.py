@@ -9,6 +9,7 @@ from django.contrib.auth.models import Group, Permission, User
 from django.contrib.auth.password_validation import validate_password
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
+from django.core.validators import EmailValidator
 from django.db import transaction
 
 from agents import events, text
@@ -59,7 +60,7 @@ def user_create(
         raise InvalidInput(
             f"a user named {username!r} already exists (names are compared ignoring case)", field="username"
         )
-    user = User(username=username, email=email, is_staff=role == "admin")
+    user = User(username=username, email=_valid_email(email), is_staff=role == "admin")
     password = password or secrets.token_urlsafe(12)
     try:
         validate_password(password, user=user)
@@ -71,6 +72,21 @@ def user_create(
         user.save()
         user.groups.add(roles[role], *_approver_groups(names))
     return user, password
+
+
+def _valid_email(email: str) -> str:
+    """Return an address mail can go to ("" for none), or refuse it: it would fail each notification later, unseen."""
+    email = email.strip()
+    if not email:
+        return ""
+    max_chars = cast(int, User._meta.get_field("email").max_length)
+    try:
+        if len(email) > max_chars:
+            raise ValidationError(f"longer than {max_chars} characters")
+        EmailValidator()(email)  # one address: no line break, no list, no display name
+    except ValidationError:
+        raise InvalidInput(f"email: {text.repair(email)[:80]!r} is not an email address", field="email") from None
+    return email
 
 
 def user_set_groups(*, username: str, groups: tuple[str, ...]) -> User:

@@ -39,6 +39,27 @@ def test_it_refuses_a_weak_password_from_the_cli_in_one_line(db, capsys):
     assert not User.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "email",
+    ["erin", "erin@", "erin@example.com\nBcc: all@example.com", "a@example.com, b@example.com", "x" * 250 + "@e.com"],
+    ids=["no-at", "no-domain", "header-break", "a-list", "too-long"],
+)
+def test_it_refuses_an_address_mail_cannot_go_to_in_one_line_from_the_cli(db, capsys, email):
+    # Stored, it would fail every notification meant for this person, seen only on /deliveries.
+    code = cli.main(["users", "create", "erin", "--role", "reviewer", "--email", email])
+
+    err = capsys.readouterr().err
+    assert code == 1 and "is not an email address" in err and err.count("\n") == 1
+    assert not User.objects.exists()
+
+
+def test_it_keeps_a_plain_address_and_none(db):
+    assert services.user_create(username="erin", role="reviewer", email=" erin@example.com ")[0].email == (
+        "erin@example.com"
+    )
+    assert services.user_create(username="fred", role="reviewer")[0].email == ""
+
+
 def test_it_strips_the_user_name(db):
     user, _ = services.user_create(username="  erin ", role="reviewer")
 
