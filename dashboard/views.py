@@ -649,7 +649,7 @@ def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     return _run_page(request, _run_or_404(run_id))
 
 
-def _run_page(request: HtmxHttpRequest, run: Run, *, cancel_error: str = "") -> HttpResponse:
+def _run_page(request: HtmxHttpRequest, run: Run, *, cancel_error: str = "", status: int = 200) -> HttpResponse:
     approvals = list(selectors.run_approvals(run))
     eligibility.mark(request.user, approvals)  # a scheduled call's run now and cancel, for who may decide it
     # A long run shows its latest events (as fast at 10,000 events as at 10); `all=1` shows every one.
@@ -669,25 +669,30 @@ def _run_page(request: HtmxHttpRequest, run: Run, *, cancel_error: str = "") -> 
         "definition": playground.definition(run),  # a run that carries its own agent shows it
     }
     template = "dashboard/_timeline.html" if request.htmx else "dashboard/run.html"
-    return render(request, template, context, status=409 if cancel_error else 200)
+    return render(request, template, context, status=status)
 
 
 @require_POST
 @reviewer_required
 def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
-    """Cancel a run that has not ended; one that has ended, or is running a call, says why (409)."""
+    """Cancel a run that has not ended; one that has ended, is running a call (409), or that holds a call
+    this reviewer may not decide (403), says why."""
     run = _run_or_404(run_id)
     said, status = "The run was cancelled.", 200
     try:
         services.run_cancel(run_id=run.id, attempt=attempt_from(request, source=AuditEntry.Source.WEB))
     except services.WrongState as exc:
         said, status = exc.message, 409
+    except services.NotPermitted as exc:
+        said, status = exc.message, 403
     scheduled = selectors.run_approvals(run).filter(on_timeout=Approval.OnTimeout.RUN).first()
     if request.htmx and scheduled is not None:  # from a scheduled call's card: answer with its part
         eligibility.mark(request.user, [scheduled])
-        return render(request, "dashboard/_deadline.html", {"approval": scheduled, "said": said}, status=status)
-    if status == 409:
-        return _run_page(request, selectors.run_get(run.id), cancel_error=said)
+        return _refusal_shown(
+            render(request, "dashboard/_deadline.html", {"approval": scheduled, "said": said}, status=status)
+        )
+    if status != 200:
+        return _run_page(request, selectors.run_get(run.id), cancel_error=said, status=status)
     return redirect("run", run_id=run.id)
 
 

@@ -696,8 +696,8 @@ def _audit_refusal(
     )
 
 
-def audit_run(*, run_id: str, attempt: Attempt, action: str, detail: dict[str, Any]) -> None:
-    """Audit a change of a whole run (a cancel): who, from where, what."""
+def audit_run(*, run_id: str, attempt: Attempt, action: str, detail: dict[str, Any], refused: bool = False) -> None:
+    """Audit a change of a whole run (a cancel), or its refusal: who, from where, what."""
     audit_append(
         approval_id="",
         run_id=run_id,
@@ -706,7 +706,7 @@ def audit_run(*, run_id: str, attempt: Attempt, action: str, detail: dict[str, A
         on_behalf_of=attempt.on_behalf_of,
         source=attempt.source,
         origin=attempt.origin,
-        outcome=AuditEntry.Outcome.DECIDED,
+        outcome=AuditEntry.Outcome.NOT_PERMITTED if refused else AuditEntry.Outcome.DECIDED,
         detail=detail,
     )
 

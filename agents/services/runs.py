@@ -199,19 +199,32 @@ def run_cancel(*, run_id: str, attempt: Attempt) -> Run:
     1. Lock the run row: a decision (approval_decide) locks it first too, so the two never
        interleave; whichever comes second sees the other's outcome.
     2. Refuse while a claimed call is running (its effect is under way), so no effect ever
-       lands on a cancelled run; the caller may try again once it has finished.
+       lands on a cancelled run; the caller may try again once it has finished. Refuse, audited,
+       a reviewer who may not decide one of its pending calls (cancel_refusal).
     3. Cancel, expire pending approvals, and give every call that was not claimed the
        outcome "run cancelled" (an approved call never runs after this).
     4. Audit who cancelled and from where, and announce it, in the same transaction.
     """
-    from agents.services.approvals import approval_expire, audit_run
+    from agents.services.approvals import audit_run
 
     if not attempt.actor.strip():  # as for a decision: the audit says who, never "(anonymous)"
         raise InvalidInput("who cancels is required", field="by")
+    try:
+        return _cancel(run_id, attempt)
+    except NotPermitted as exc:  # audited once the refused transaction is rolled back
+        audit_run(run_id=run_id, attempt=attempt, action="cancelled", detail={"error": exc.message}, refused=True)
+        raise
+
+
+def _cancel(run_id: str, attempt: Attempt) -> Run:
+    from agents.services.approvals import approval_expire, audit_run
+
     with transaction.atomic():
         run = _locked(run_id)
         if run.is_terminal:
             raise WrongState(f"run {run_id} is {run.status}; only a run that has not ended can be cancelled")
+        if reason := cancel_refusal(run, attempt):
+            raise NotPermitted(reason)
         running = ToolCall.objects.filter(run_id=run_id, status=ToolCall.Status.RUNNING, result__isnull=True)
         if running:
             calls = ", ".join(
@@ -235,6 +248,25 @@ def run_cancel(*, run_id: str, attempt: Attempt) -> Run:
             run_id=run_id, type=RunEvent.Type.RUN_STATUS, data={"status": "cancelled", "by": attempt.decider}
         )
     return _get(run_id)
+
+
+def cancel_refusal(run: Run, attempt: Attempt) -> str | None:
+    """Return why `attempt` may not cancel the run (None: it may).
+
+    A cancel stops the run's pending calls as a rejection would, so a reviewer who may not decide
+    one of them (not among its approvers) may not cancel the run either, unless they started it
+    or are an admin. The command line, run on the server with no signed-in user, may.
+    """
+    user = attempt.user
+    if user is None or run.created_by == attempt.actor or user.has_perm(eligibility.ADMIN):
+        return None
+    for approval in Approval.objects.filter(run_id=run.id, status=Approval.Status.PENDING).select_related("run"):
+        if why := eligibility.restriction(user, approval):
+            return (
+                f"{why}; cancelling run {run.id} would stop it: only its approvers, "
+                f"the run's starter ({run.created_by or 'unknown'}) or an admin may"
+            )
+    return None
 
 
 _CANCELLED_OUTPUT = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+import pytest
 from django.utils import timezone
 
 from agents import services
@@ -177,6 +178,44 @@ def test_it_cancels_a_run_from_its_page_and_audits_who(client_for, alice, paused
     assert "Cancel run" not in client.get(f"/runs/{paused.id}").content.decode()
 
 
+FINANCE_ONLY = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request]
+tool_overrides:
+  refund_request: {risk: high, hitl_mode: suspend, approvers: [finance]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("who", "cancels"),
+    [("erin", False), ("alice", True), ("bob", True), ("carol", True)],
+    ids=["not-an-approver", "an-approver", "the-runs-starter", "an-admin"],
+)
+def test_it_lets_only_who_may_decide_its_calls_cancel_a_run(client_for, agent_config, alice, bob, carol, who, cancels):
+    # A cancel stops the waiting refund as a rejection would: erin, a reviewer outside finance, may do neither.
+    agent_config(FINANCE_ONLY)
+    services.user_set_groups(username="alice", groups=("finance",))
+    erin, _ = services.user_create(username="erin", role="reviewer")
+    run = start(REFUND)  # started by bob
+    user = {"alice": alice, "bob": bob, "carol": carol, "erin": erin}[who]
+
+    response = client_for(user).post(f"/runs/{run.id}/cancel")
+
+    run.refresh_from_db()
+    entry = AuditEntry.objects.get(run_id=run.id, action="cancelled")
+    assert entry.actor == who
+    if cancels:
+        assert response.status_code == 302 and run.status == Run.Status.CANCELLED
+        assert entry.outcome == AuditEntry.Outcome.DECIDED
+    else:
+        page = response.content.decode()
+        assert response.status_code == 403 and "Not cancelled: erin is not among the approvers" in page
+        assert run.status == Run.Status.SUSPENDED and pending(run)
+        assert entry.outcome == AuditEntry.Outcome.NOT_PERMITTED and "approvers" in entry.detail["error"]
+
+
 def test_it_says_why_an_ended_run_cannot_be_cancelled(client_for, alice):
     run = start("hello")
 
@@ -195,6 +234,8 @@ def test_it_cancels_only_with_a_csrf_token(alice, paused):
     assert client.post(f"/runs/{paused.id}/cancel").status_code == 403
     paused.refresh_from_db()
     assert paused.status == Run.Status.SUSPENDED
+
+
 def test_it_pages_runs_without_counting_them(client_for, alice, monkeypatch):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
