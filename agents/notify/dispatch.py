@@ -6,8 +6,7 @@ import logging
 import time
 from typing import Any
 
-from django.contrib.auth.models import Permission, User
-from django.db.models import Q, QuerySet
+from django.contrib.auth.models import User
 
 from agents import queue
 from agents.models import Approval
@@ -20,6 +19,8 @@ from agents.services import notify as notify_services
 from agents.services.notify import Target
 
 logger = logging.getLogger(__name__)
+# The backend that holds permissions (django-axes, first in AUTHENTICATION_BACKENDS, holds none).
+PERMISSIONS_BACKEND = "django.contrib.auth.backends.ModelBackend"
 
 
 def fan_out(event_type: str, approval_id: str) -> list[int]:
@@ -61,7 +62,8 @@ def recipients(names: tuple[str, ...]) -> list[str]:
     call's arguments and prompt, which someone whose role ended must not go on receiving.
     """
     found: dict[str, None] = {}
-    readers = deciders().values("pk")
+    # Django's own query of who holds a permission (superusers, directly or through a group), as has_perm judges it.
+    readers = User.objects.with_perm(eligibility.DECIDE, backend=PERMISSIONS_BACKEND).values("pk")
     for name in names:
         if name.startswith("group:"):
             users = User.objects.filter(groups__name=name.removeprefix("group:"), is_active=True)
@@ -71,14 +73,6 @@ def recipients(names: tuple[str, ...]) -> list[str]:
         for username in users.order_by("username").values_list("username", flat=True):
             found[username] = None
     return list(found)
-
-
-def deciders() -> QuerySet[User]:
-    """Return the active users who may decide approvals: a superuser, or the permission given to them or a group."""
-    app_label, codename = eligibility.DECIDE.split(".")
-    permission = Permission.objects.filter(content_type__app_label=app_label, codename=codename)
-    granted = Q(is_superuser=True) | Q(user_permissions__in=permission) | Q(groups__permissions__in=permission)
-    return User.objects.filter(granted, is_active=True)
 
 
 def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:

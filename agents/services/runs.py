@@ -12,10 +12,9 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents import events, ids, queue, sql, text
-from agents.models import Approval, AuditEntry, Message, Run, RunEvent, ToolCall
+from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.policy import ConfigError, agent_for
 from agents.services import eligibility
-from agents.services.audit import audit_append
 from agents.services.errors import InvalidInput, LeaseLost, NotFound, NotPermitted, WrongState
 from agents.sql.chain import Chain, ChainResult
 
@@ -332,19 +331,12 @@ def run_request_resume(*, run_id: str, enqueue: bool = True, attempt: Attempt | 
 
 def _require_may_resume(run: Run, attempt: Attempt) -> None:
     """Refuse, and audit, a resume of a run its creator drives, by anyone but them or an admin."""
+    from agents.services.approvals import audit_run
+
     reason = resume_refusal(run, attempt)
     if reason is None:
         return
-    audit_append(
-        approval_id="",
-        run_id=run.id,
-        action="resume",
-        actor=attempt.actor,
-        source=attempt.source,
-        origin=attempt.origin,
-        outcome=AuditEntry.Outcome.NOT_PERMITTED,
-        detail={"error": reason},
-    )
+    audit_run(run_id=run.id, attempt=attempt, action="resume", detail={"error": reason}, refused=True)
     raise NotPermitted(reason)
 
 

@@ -32,6 +32,9 @@ class Link:
     digest: str  # of the arguments the mail showed
 
 
+CHANGED = "The call changed since this mail was sent. Open the approval in agentfast instead."
+
+
 class LinkRefused(Exception):
     """The link cannot be used; the message says why, in plain words."""
 
@@ -73,7 +76,7 @@ def _link(token: str) -> Link:
         raise LinkRefused("This link is not valid.")
     # The current arguments (a quorum vote may have edited them), not the model's: those are what it would approve.
     if claims.get("d") != approval.digest:
-        raise LinkRefused("The call changed since this mail was sent. Open the approval in agentfast instead.")
+        raise LinkRefused(CHANGED)
     used = OneClickLink.objects.filter(nonce=claims.get("n", ""), approval_id=approval.id, username=claims.get("u"))
     if not used.filter(used_at__isnull=True).exists():
         raise LinkRefused("This link was already used; each link works once.")
@@ -108,8 +111,7 @@ def _decide(request: HttpRequest, link: Link, context: dict[str, Any]) -> HttpRe
         link.approval.refresh_from_db()
         return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
     except services.DigestMismatch:
-        refused = "The call changed since this mail was sent. Open the approval in agentfast instead."
-        return render(request, TEMPLATE, {**context, "refused": refused}, status=409)
+        return render(request, TEMPLATE, {**context, "refused": CHANGED}, status=409)
     except services.InvalidInput as exc:
         return render(request, TEMPLATE, {**context, "refused": exc.message}, status=422)
     except (services.NotPermitted, services.NotFound) as exc:  # outside the call's approvers, four eyes: audited

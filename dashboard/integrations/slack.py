@@ -43,12 +43,13 @@ class Refused(Exception):
 @require_POST
 def actions(request: HttpRequest) -> HttpResponse:
     """Decide from a Slack button, and show who decided in the message through its response_url."""
-    origin = f"slack {client_address(request)}"
+    address = client_address(request)
+    origin = f"slack {address}"
     try:
         _verify(request)
         action = _action(request)
     except Refused as exc:
-        _audit_refused(origin, client_address(request), str(exc))
+        _audit_refused(origin, address, str(exc))
         return JsonResponse({"error": str(exc)}, status=403)
     headline, settled = _decide(action, origin)
     # Only a decision that stands replaces the channel's message: a refusal (an unlinked
