@@ -17,6 +17,7 @@ from django.db import connection
 from agents import services
 from dashboard import processes
 from tests.support.processes import ROOT, Worker
+from tests.support.receiver import Receiver
 
 # The `fake_openai` fixture: a real local OpenAI-compatible server in place of a model.
 pytest_plugins = ["tests.support.fake_openai"]
@@ -70,6 +71,14 @@ def broker() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(settings.REDIS_URL)
     yield client
     client.close()
+
+
+@pytest.fixture
+def chat() -> Iterator[Receiver]:
+    """A local server standing for Slack: its incoming webhook and the response_url of a press."""
+    server = Receiver().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(autouse=True)

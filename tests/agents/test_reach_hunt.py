@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import re
 import socket
@@ -27,6 +25,7 @@ from agents.notify import channels, dispatch
 from agents.notify.models import Delivery
 from agents.services import notify as notify_services
 from tests.support.flows import decide, pending, start
+from tests.support.reach import mailed_links, slack_signed
 from tests.support.receiver import Receiver
 
 REFUND = "Refund order A1001 for 25.00 USD"
@@ -47,13 +46,6 @@ notifications:
     webhook_url_env: TEST_SLACK_WEBHOOK
 """
 EDITED = {"order_id": "A1001", "amount_cents": 4000}
-
-
-@pytest.fixture
-def chat() -> Iterator[Receiver]:
-    server = Receiver().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -84,11 +76,6 @@ def _paused(capture: Callable[..., Any], prompt: str = REFUND) -> Approval:
     return pending(run)[0]
 
 
-def _links(message: mail.EmailMessage) -> dict[str, str]:
-    found = dict(re.findall(r"(Approve|Reject): +http://localhost:8321(/integrations/email/\S+)", message.body))
-    return {"approved": found["Approve"], "rejected": found["Reject"]}
-
-
 def _confirm(client: Client, path: str) -> tuple[int, str]:
     page = client.get(path)
     if page.status_code != 200:
@@ -105,15 +92,12 @@ def _press(message: dict[str, Any], decision: str, slack_id: str, capture: Calla
     action = {"action_id": decision, "block_id": block["block_id"], "value": button["value"], "type": "button"}
     payload = {"type": "block_actions", "user": {"id": slack_id}, "response_url": "", "actions": [action]}
     body = urlencode({"payload": json.dumps(payload)}).encode()
-    stamp = str(int(time.time()))
-    digest = hmac.new(SIGNING_SECRET.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
     with capture(execute=True):
         return Client().post(
             "/integrations/slack/actions",
             body,
             content_type="application/x-www-form-urlencoded",
-            HTTP_X_SLACK_REQUEST_TIMESTAMP=stamp,
-            HTTP_X_SLACK_SIGNATURE=f"v0={digest}",
+            **slack_signed(body, secret=SIGNING_SECRET),
         )
 
 
@@ -121,7 +105,7 @@ def test_it_refuses_a_mailed_approve_link_once_another_reviewer_edited_the_argum
     reach, erin, alice, django_capture_on_commit_callbacks
 ):
     approval = _paused(django_capture_on_commit_callbacks)
-    links = _links(mail.outbox[0])
+    links = mailed_links(mail.outbox[0])
     # Alice approves 25.00 edited to 40.00: one of the two approvals the quorum needs.
     decide(approval, "approved", by="alice", arguments=EDITED)
 
@@ -148,9 +132,9 @@ def test_it_mails_a_reminder_with_the_edited_arguments_and_its_link_approves_the
 
     [reminder] = mail.outbox
     assert '"amount_cents": 4000' in reminder.body  # what an approval now approves, not the model's 2500
-    page = Client().get(_links(reminder)["approved"])
+    page = Client().get(mailed_links(reminder)["approved"])
     assert page.status_code == 200 and b"4000" in page.content and b"2500" not in page.content
-    status, _ = _confirm(Client(enforce_csrf_checks=True), _links(reminder)["approved"])
+    status, _ = _confirm(Client(enforce_csrf_checks=True), mailed_links(reminder)["approved"])
     approval.refresh_from_db()
     assert status == 200 and (approval.status, approval.arguments) == ("approved", EDITED)
 

@@ -16,6 +16,7 @@ from agents.models import Approval, AuditEntry
 from agents.notify import dispatch
 from agents.notify.models import Delivery
 from tests.support.flows import decide, pending, start
+from tests.support.reach import mailed_links
 
 REFUND = "Refund order A1001 for 25.00 USD"
 CONFIG = """
@@ -54,11 +55,6 @@ def _paused_and_mailed(capture: Callable[..., object]) -> Approval:
     return pending(run)[0]
 
 
-def _links(message: mail.EmailMessage) -> dict[str, str]:
-    found = dict(re.findall(r"(Approve|Reject): +http://localhost:8321(/integrations/email/\S+)", message.body))
-    return {"approved": found["Approve"], "rejected": found["Reject"]}
-
-
 def _confirm(client: Client, path: str) -> tuple[int, str]:
     """Open a link (a GET) and press the confirmation page's button (a POST with its CSRF token)."""
     page = client.get(path)
@@ -81,7 +77,7 @@ def test_it_mails_the_call_in_plain_words_with_a_link_to_the_approval(mailed, er
 
 def test_it_decides_on_the_confirming_post_and_refuses_a_second_use(mailed, erin, django_capture_on_commit_callbacks):
     approval = _paused_and_mailed(django_capture_on_commit_callbacks)
-    links = _links(mail.outbox[0])
+    links = mailed_links(mail.outbox[0])
     client = Client(enforce_csrf_checks=True)
 
     page = client.get(links["approved"])
@@ -104,14 +100,14 @@ def test_it_decides_on_the_confirming_post_and_refuses_a_second_use(mailed, erin
 def test_it_shows_who_decided_first_elsewhere(mailed, erin, bob, django_capture_on_commit_callbacks):
     approval = _paused_and_mailed(django_capture_on_commit_callbacks)
     decide(approval, "rejected", by="bob", feedback="no")
-    page = Client().get(_links(mail.outbox[0])["approved"])
+    page = Client().get(mailed_links(mail.outbox[0])["approved"])
     assert page.status_code == 409
     assert b"refund_request was already rejected by bob" in page.content
 
 
 def test_it_refuses_a_forged_or_altered_link(mailed, erin, django_capture_on_commit_callbacks):
     _paused_and_mailed(django_capture_on_commit_callbacks)
-    path = _links(mail.outbox[0])["approved"]
+    path = mailed_links(mail.outbox[0])["approved"]
     for bad in (path[:-3] + "xyz", "/integrations/email/not-a-token"):
         page = Client().get(bad)
         assert page.status_code == 400 and b"not valid" in page.content
@@ -119,7 +115,7 @@ def test_it_refuses_a_forged_or_altered_link(mailed, erin, django_capture_on_com
 
 def test_it_refuses_a_link_of_someone_who_is_no_longer_a_reviewer(mailed, erin, django_capture_on_commit_callbacks):
     approval = _paused_and_mailed(django_capture_on_commit_callbacks)
-    path = _links(mail.outbox[0])["approved"]
+    path = mailed_links(mail.outbox[0])["approved"]
     client = Client(enforce_csrf_checks=True)
     page = client.get(path)  # opened while erin was still a reviewer: the form's token stays valid
     token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.content).group(1).decode()
@@ -139,7 +135,7 @@ def test_it_refuses_a_link_of_a_reviewer_outside_the_calls_approvers(
 ):
     agent_config(CONFIG.replace("hitl_mode: suspend}", "hitl_mode: suspend, approvers: [finance]}"))
     approval = _paused_and_mailed(django_capture_on_commit_callbacks)
-    status, content = _confirm(Client(enforce_csrf_checks=True), _links(mail.outbox[0])["approved"])
+    status, content = _confirm(Client(enforce_csrf_checks=True), mailed_links(mail.outbox[0])["approved"])
     assert status == 403 and "not among the approvers" in content
     assert Approval.objects.get(pk=approval.pk).status == "pending"
     assert AuditEntry.objects.get().outcome == "not_permitted"

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -20,6 +18,7 @@ from agents.notify import dispatch
 from agents.notify.models import Delivery
 from agents.services import notify as notify_services
 from tests.support.flows import decide, pending, start
+from tests.support.reach import slack_signed
 from tests.support.receiver import Receiver
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -35,14 +34,6 @@ notifications:
   - kind: slack
     webhook_url_env: TEST_SLACK_WEBHOOK
 """
-
-
-@pytest.fixture
-def chat() -> Iterator[Receiver]:
-    """A local server standing for Slack: the incoming webhook and the response_url."""
-    server = Receiver().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -73,9 +64,7 @@ def _body(approval_id: str, decision: str, slack_id: str, response_url: str) -> 
 
 
 def _signed(body: bytes, *, at: int | None = None, secret: str = SIGNING_SECRET) -> dict[str, str]:
-    stamp = str(int(time.time()) if at is None else at)
-    digest = hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
-    return {"HTTP_X_SLACK_REQUEST_TIMESTAMP": stamp, "HTTP_X_SLACK_SIGNATURE": f"v0={digest}"}
+    return slack_signed(body, secret=secret, at=at)
 
 
 def _post(body: bytes, headers: dict[str, str], capture: Callable[..., Any]) -> HttpResponse:
