@@ -298,7 +298,12 @@ def approval_bulk(request: HttpRequest) -> HttpResponse:
     form = BulkDecisionForm(request.POST)
     if not form.is_valid():
         # The note is shown back to copy: the inbox it was typed on is fetched again, empty.
-        refused = {"form_errors": _errors_text(form), "results": [], "note": str(request.POST.get("note", ""))}
+        note = str(request.POST.get("note", "")).strip()
+        refused = {
+            "form_errors": _errors_text(form),
+            "results": [],
+            "unrecorded": [("Your note", note)] if note else [],
+        }
         return render(request, "dashboard/bulk.html", refused, status=400)
     data = form.cleaned_data
     results = [

@@ -51,7 +51,7 @@ def one_click(request: HttpRequest, token: str) -> HttpResponse:
         # The mail outlives the role (a forwarded mail, a leaver's mailbox): nothing of the call is shown.
         # A POST goes on to _decide, which refuses it audited.
         return render(request, TEMPLATE, {"refused": f"{link.username} may not decide approvals."}, status=403)
-    context: dict[str, Any] = {"link": link, "approval": link.approval, "arguments": link.approval.current_arguments}
+    context: dict[str, Any] = {"link": link, "approval": link.approval}
     if link.approval.status != Approval.Status.PENDING:
         return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
     if link.decision == Approval.Status.APPROVED and link.approval.request is not None:
