@@ -19,7 +19,7 @@ from django.shortcuts import render
 from django.utils.crypto import constant_time_compare
 
 from agents.models import AuditEntry
-from agents.services import Attempt
+from agents.services import Attempt, token_authenticate
 
 DECIDE = "agents.decide_approval"
 AUDIT = "agents.view_auditentry"
@@ -81,6 +81,31 @@ def reviewer_required(view: Callable[..., HttpResponseBase]) -> Callable[..., Ht
         return view(request, *args, **kwargs)
 
     return signin_required(wrapped)
+
+
+def bearer_accepted(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Let a request carrying `Authorization: Bearer af_…` act as the token's user, for scripts.
+
+    Without the header the session decides, as on every page. A token that is unknown or
+    revoked is a 401 here: sent on to the sign-in page, a script would save that page as the file.
+    """
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            return view(request, *args, **kwargs)
+        user = token_authenticate(token.strip())
+        if user is None:
+            response = HttpResponse(
+                "the bearer token is unknown or revoked\n", status=401, content_type="text/plain; charset=utf-8"
+            )
+            response["WWW-Authenticate"] = 'Bearer realm="agentfast"'
+            return response
+        request.user = user
+        return view(request, *args, **kwargs)
+
+    return wrapped
 
 
 def admin_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:

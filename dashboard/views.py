@@ -30,7 +30,14 @@ from agents.services import eligibility
 from agents.tools import registry
 from agents.tools.registry import summarize as registry_summarize
 from dashboard import audit_export, links, playground
-from dashboard.auth import admin_required, attempt_from, is_reviewer, reviewer_required, signin_required
+from dashboard.auth import (
+    admin_required,
+    attempt_from,
+    bearer_accepted,
+    is_reviewer,
+    reviewer_required,
+    signin_required,
+)
 from dashboard.forms import AuditFilter, BulkDecisionForm, DecisionForm, InboxFilter, RunFilter, SavedFilterForm
 from dashboard.templatetags.agentfast import shown_json, shown_text
 
@@ -734,12 +741,14 @@ def audit(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
+@bearer_accepted
 @admin_required
 def audit_csv(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
     """Stream the filtered audit history as CSV, oldest first, one row per decision attempt.
 
     Filters that do not read (a date that is none) get a 400 saying why: an export with the
-    header alone would read as "nothing happened" to whoever opens the file.
+    header alone would read as "nothing happened" to whoever opens the file. A script may send
+    an admin's API token instead of a session.
     """
     filters = AuditFilter(request.GET)
     if not filters.is_valid():

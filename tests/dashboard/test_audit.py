@@ -101,6 +101,28 @@ def test_it_exports_the_filtered_history_as_csv(client_for, carol, history):
 
 
 @EXPORT_READS_COMMITTED
+def test_a_script_exports_with_an_admins_api_token(client, carol, history):
+    token = services.token_create(username="carol")[1]
+
+    response = client.get("/audit.csv?tool=refund_request", headers={"Authorization": f"Bearer {token}"})
+
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    table = list(csv.DictReader(io.StringIO(csv_body(response))))
+    assert [(r["actor"], r["outcome"]) for r in table] == [("bob", "decided"), ("alice", "already_decided")]
+
+
+def test_a_reviewers_token_may_not_export_and_a_wrong_one_is_told_not_redirected(client, bob, history):
+    reviewer = services.token_create(username="bob")[1]
+
+    refused = client.get("/audit.csv", headers={"Authorization": f"Bearer {reviewer}"})
+    unknown = client.get("/audit.csv", headers={"Authorization": "Bearer af_not-a-token"})
+
+    assert refused.status_code == 403
+    assert unknown.status_code == 401 and unknown["WWW-Authenticate"] == 'Bearer realm="agentfast"'
+    assert unknown.content == b"the bearer token is unknown or revoked\n"
+
+
+@EXPORT_READS_COMMITTED
 def test_it_defuses_spreadsheet_formulas_in_the_csv(client_for, carol, approval):
     decide(approval, "rejected", by="bob", note='=HYPERLINK("http://evil")')
 
