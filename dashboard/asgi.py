@@ -21,13 +21,14 @@ django_asgi_app = ThreadedSyncViews(threads=settings.AGENTFAST_WEB_THREADS)
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from dashboard.limits import BodyLimit, SharedStreamThread, guard_daphne  # noqa: E402
+from dashboard.limits import BodyLimit, EndFailedResponses, SharedStreamThread, guard_daphne  # noqa: E402
 from dashboard.origin import SameOriginValidator  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(SharedStreamThread(django_asgi_app)),
+        # EndFailedResponses inside SharedStreamThread: the stream's live frames go to daphne's own send.
+        "http": BodyLimit(SharedStreamThread(EndFailedResponses(django_asgi_app))),
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -12,6 +12,7 @@ import asyncio
 import csv
 import io
 import json
+import logging
 import string
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime
@@ -25,6 +26,8 @@ from django.db.models import QuerySet
 from agents import selectors, text
 from agents.models import AuditEntry
 from dashboard import hub
+
+logger = logging.getLogger(__name__)
 
 COLUMNS = ("created_at", *selectors.AUDIT_EXPORT_PLAIN, "note", "arguments_diff", "detail", "prev_hash", "hash")
 
@@ -61,17 +64,27 @@ def spreadsheet_safe(value: str) -> str:
 # -- the stream -----------------------------------------------------------------------------
 
 
+# The last line of an export an error stopped: the 200 and the rows before it are already sent.
+INCOMPLETE = "export incomplete: an error stopped it after the row above; export again for the rest"
+
+
 async def csv_lines(entries: QuerySet[AuditEntry]) -> AsyncIterator[str]:
     """Yield the header, then the lines a batch at a time, by id (keyset: each batch is one indexed query).
 
     An async iterator: under ASGI Django sends each batch as it is read (a sync one would be
-    read whole into memory first).
+    read whole into memory first). An error part-way ends the file with the INCOMPLETE line,
+    so that a cut export never passes for the whole history.
     """
     yield csv_text([COLUMNS])
-    if connection.vendor == "postgresql":
-        async for lines in _postgres_lines(entries):
+    try:
+        async for lines in _postgres_lines(entries) if connection.vendor == "postgresql" else _python_lines(entries):
             yield lines
-        return
+    except Exception:
+        logger.exception("the audit export failed part-way")
+        yield csv_text([[INCOMPLETE]])
+
+
+async def _python_lines(entries: QuerySet[AuditEntry]) -> AsyncIterator[str]:
     after: int | None = 0
     while after is not None:
         after, lines = await sync_to_async(python_batch)(entries, after)

@@ -203,6 +203,41 @@ class SharedStreamThread:
             await self.application(scope, receive, send)
 
 
+class EndFailedResponses:
+    """End a response whose application failed after sending its status, rather than leave it open.
+
+    Once the status line is out nothing can turn a response into a 500, and daphne's error
+    page then cannot be sent: the connection stayed open with no more bytes for ever. A
+    browser's download hung, and an EventSource (the inbox, a run's stream) waited on a dead
+    stream instead of reconnecting from its Last-Event-ID. Ended, it reconnects; the CSV
+    export ends its file with a line saying it stopped (audit_export), so it never reads as whole.
+    """
+
+    def __init__(self, application: Callable[..., Awaitable[None]]) -> None:
+        self.application = application
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.application(scope, receive, send)
+        started = ended = False
+
+        async def watched(message: dict[str, Any]) -> None:
+            nonlocal started, ended
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                ended = True
+            await send(message)
+
+        try:
+            await self.application(scope, receive, watched)
+        except Exception:
+            if not started or ended:
+                raise  # the server answers a 500 (or has nothing left to do)
+            logger.exception("%s %s failed after its response began; ending it", scope["method"], scope["path"])
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 # -- daphne ------------------------------------------------------------------------------
 
 

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.db import connection
+from django.db import OperationalError, connection
 
-from agents import services
+from agents import selectors, services
 from agents.models import AuditEntry
 from dashboard import audit_export
 from tests.support.flows import EXPORT_READS_COMMITTED
@@ -124,6 +124,32 @@ def test_it_ends_cleanly_on_an_empty_or_exactly_full_last_batch(monkeypatch, ent
 
     assert lines[0] == ",".join(audit_export.COLUMNS) and lines[-1] == ""
     assert len(lines) == entries + 2
+
+
+@EXPORT_READS_COMMITTED
+def test_an_export_an_error_stops_ends_with_a_line_saying_so(monkeypatch, caplog):
+    monkeypatch.setattr(audit_export, "BATCH", 3)
+    for n in range(7):
+        _append(n, f"entry {n}")
+    # The second batch's read fails, as it does when the database goes away mid-export.
+    name = "audit_csv_rows_between" if connection.vendor == "postgresql" else "audit_csv_rows_after"
+    read, calls = getattr(selectors, name), []
+
+    def failing_second(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        if len(calls) == 2:
+            raise OperationalError("server closed the connection unexpectedly")
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(selectors, name, failing_second)
+
+    lines = _everything().split("\r\n")
+
+    assert lines[0] == ",".join(audit_export.COLUMNS)
+    sent = list(csv.DictReader(io.StringIO("\r\n".join(lines[:4]))))
+    assert [row["actor"] for row in sent] == ["entry 0", "entry 1", "entry 2"]
+    assert lines[4:] == [audit_export.INCOMPLETE, ""]
+    assert "the audit export failed part-way" in caplog.text
 
 
 @EXPORT_READS_COMMITTED
