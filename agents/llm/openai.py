@@ -154,7 +154,9 @@ def _from_completion(body: object) -> AssistantTurn:
     if not isinstance(message, dict):
         raise ModelError(f"the endpoint's choice has no message: {str(choice)[:200]!r}")
     _require_whole(choice.get("finish_reason"))
-    calls = [_proposed(call) for call in _dicts(message.get("tool_calls"))]
+    proposed = _dicts(message.get("tool_calls"))
+    _require_few_calls(len(proposed))
+    calls = [_proposed(call) for call in proposed]
     content = _said(message)
     _require_bounded(len(content) + sum(len(call.name) + len(call.arguments) for call in calls))
     return AssistantTurn(content=content, tool_calls=calls)
@@ -187,6 +189,7 @@ def _from_chunks(chunks: Iterable[object], on_delta: DeltaSink) -> AssistantTurn
             call = calls.setdefault(
                 index if isinstance(index, int) else position, {"id": "", "name": "", "arguments": ""}
             )
+            _require_few_calls(len(calls))
             call["id"] = _text(fragment.get("id")) or call["id"]
             function = fragment.get("function")
             if isinstance(function, dict):
@@ -222,6 +225,17 @@ _CUT_OFF = {
 MAX_ANSWER_CHARS = 2_000_000
 # A whole answer's JSON may spell each character as a six-byte escape.
 _MAX_BODY_BYTES = 6 * MAX_ANSWER_CHARS + 65_536
+
+
+# Far above what a model proposes at once (a few dozen parallel calls): each call becomes rows,
+# perhaps an approval and a notification, and a message sent back to the model with every later turn.
+MAX_CALLS_PER_TURN = 128
+
+
+def _require_few_calls(count: int) -> None:
+    """Refuse a turn proposing more than MAX_CALLS_PER_TURN tool calls."""
+    if count > MAX_CALLS_PER_TURN:
+        raise ModelError(f"the answer proposes more than {MAX_CALLS_PER_TURN} tool calls in one turn; it was not kept")
 
 
 def _require_bounded(size: int) -> None:

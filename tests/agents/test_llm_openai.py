@@ -21,7 +21,7 @@ from channels.layers import get_channel_layer
 
 from agents import events, services
 from agents.llm import ModelError, get_model
-from agents.llm.openai import OpenAIModel
+from agents.llm.openai import MAX_CALLS_PER_TURN, OpenAIModel
 from agents.models import Approval, Message, Run, SideEffect, ToolCall
 from agents.runtime import drive
 from agents.runtime.driver import _Deltas
@@ -149,6 +149,20 @@ def test_it_raises_model_error_on_http_500(fake_openai: FakeOpenAI) -> None:
     with pytest.raises(ModelError, match=r"openai:test-model.*500"):
         _model(fake_openai).complete(USER, [], on_delta=lambda text: None)
     assert len(fake_openai.requests) == 2  # OPENAI_MAX_RETRIES=0: no retry
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_it_refuses_a_turn_proposing_more_tool_calls_than_it_takes(fake_openai: FakeOpenAI, stream: bool) -> None:
+    calls = [(f"call_{n}", "lookup_order", "{}") for n in range(MAX_CALLS_PER_TURN + 1)]
+    answers = iter([calls[:MAX_CALLS_PER_TURN], calls])
+    fake_openai.script(lambda body: Reply(tool_calls=next(answers)))
+    on_delta = (lambda text: None) if stream else None
+
+    most = _model(fake_openai).complete(USER, [LOOKUP_SPEC], on_delta=on_delta)
+    with pytest.raises(ModelError, match=f"openai:test-model: .*more than {MAX_CALLS_PER_TURN} tool calls"):
+        _model(fake_openai).complete(USER, [LOOKUP_SPEC], on_delta=on_delta)
+
+    assert len(most.tool_calls) == MAX_CALLS_PER_TURN  # the first request: exactly as many as it takes
 
 
 def test_it_raises_model_error_when_the_endpoint_is_unreachable() -> None:
