@@ -1,7 +1,7 @@
 """`python -m bench.scale`: the pages, the sweeper and the CSV export over a large database.
 
-Builds --pending paused runs (one pending approval each, cloned row by row from a run the
-engine really paused: run, messages, tool call, approval, events), --decided completed runs
+Builds --pending paused runs (one pending approval each, asked over a day, cloned row by row
+from a run the engine really paused: run, messages, tool call, approval, events), --decided completed runs
 (cloned from a run the engine really resumed, each approval decided 0 s to hours after it was
 asked), one run with --events events, and --audit audit entries (cloned from a real decision, spread over a year, 200
 people, 6 tools, mixed outcomes), in bulk_create batches. Then, signed in as an admin
@@ -242,9 +242,15 @@ def _clone_runs(template_id: str, count: int, *, decided: bool = False) -> None:
 
 
 def _asked(approval: Any, rng: random.Random, decided: bool) -> dict[str, Any]:
-    """Return when a decided clone was asked: about ten minutes before its decision on average."""
+    """Return when a clone was asked: pending, over the day before its template; decided, about ten minutes
+    before its decision on average.
+
+    Each its own time, as calls pausing one by one have: with one time for every clone the
+    lists' (created_at, id) order could not be read off an index, and a filtered list sorted
+    every pending approval (the API's list by agent: 255 ms, not what a real inbox costs).
+    """
     if not decided:
-        return {}
+        return {"created_at": approval.created_at - timedelta(seconds=rng.uniform(0, 86_400))}
     return {"created_at": approval.decided_at - timedelta(seconds=rng.expovariate(1 / 600))}
 
 

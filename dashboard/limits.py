@@ -17,6 +17,9 @@ long as the request lasts: an SSE stream open for hours held a thread for hours 
 streams, 1,833 threads). `SharedStreamThread` runs the thread-sensitive calls of every
 stream request (authentication, middleware, the short table reads) on one shared thread
 instead; streams wait on the event loop, so they cost no thread.
+
+`EndFailedResponses` ends a response whose view failed after its status went out (a stream
+whose read failed), which daphne would otherwise leave open for ever.
 """
 
 from __future__ import annotations
