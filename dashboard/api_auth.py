@@ -15,7 +15,7 @@ from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
 from agents import services
-from dashboard.auth import is_reviewer
+from dashboard.auth import UNKNOWN_TOKEN, is_reviewer
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
@@ -71,7 +71,7 @@ class TokenAuth(HttpBearer):
         user = services.token_authenticate(token)
         if user is None:
             # A wrong token must not fall through to the session: say so.
-            raise Unauthenticated("the bearer token is unknown or revoked")
+            raise Unauthenticated(UNKNOWN_TOKEN)
         request.user = user  # the rest of the request (audit, permissions) acts as this user
         return admit(user, reviewers_only=self.reviewers_only)
 

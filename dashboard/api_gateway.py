@@ -22,7 +22,7 @@ from agents.models import Approval
 from dashboard import sse
 from dashboard.api_auth import Forbidden, Unauthenticated, signed_in
 from dashboard.api_schemas import ErrorOut, Id, JsonObject
-from dashboard.auth import is_reviewer
+from dashboard.auth import UNKNOWN_TOKEN, is_reviewer
 from dashboard.hub import Watch, read
 
 MAX_WAIT_SECONDS = 60
@@ -159,7 +159,7 @@ def _still_signed_in(viewer: sse.Viewer) -> User:
     """Return the caller while their user is active and their token (or session) still holds."""
     user = sse.signed_in_user(viewer)
     if user is None and viewer.token_id is not None:
-        raise Unauthenticated("the bearer token is unknown or revoked")
+        raise Unauthenticated(UNKNOWN_TOKEN)
     if user is None:
         raise Unauthenticated("your sign-in ended: sign in again")
     return user

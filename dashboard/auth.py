@@ -83,6 +83,15 @@ def reviewer_required(view: Callable[..., HttpResponseBase]) -> Callable[..., Ht
     return signin_required(wrapped)
 
 
+UNKNOWN_TOKEN = "the bearer token is unknown or revoked"
+
+
+def bearer_token(request: HttpRequest) -> str | None:
+    """Return the token of an `Authorization: Bearer …` header ("" when it has none), or None without one."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
 def bearer_accepted(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     """Let a request carrying `Authorization: Bearer af_…` act as the token's user, for scripts.
 
@@ -92,14 +101,12 @@ def bearer_accepted(view: Callable[..., HttpResponseBase]) -> Callable[..., Http
 
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer":
+        token = bearer_token(request)
+        if token is None:
             return view(request, *args, **kwargs)
-        user = token_authenticate(token.strip())
+        user = token_authenticate(token)
         if user is None:
-            response = HttpResponse(
-                "the bearer token is unknown or revoked\n", status=401, content_type="text/plain; charset=utf-8"
-            )
+            response = HttpResponse(f"{UNKNOWN_TOKEN}\n", status=401, content_type="text/plain; charset=utf-8")
             response["WWW-Authenticate"] = 'Bearer realm="agentfast"'
             return response
         request.user = user

@@ -38,6 +38,7 @@ from django.conf import settings
 from django.db import connection
 
 from dashboard import wire
+from dashboard.auth import UNKNOWN_TOKEN
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class BodyLimit:
                 and not _remembered_live(token)
                 and not await sync_to_async(_token_is_live, thread_sensitive=False)(token)
             ):
-                found = 401, "unauthenticated", "the bearer token is unknown or revoked"
+                found = 401, "unauthenticated", UNKNOWN_TOKEN
         if found is not None:
             return await _answer(send, *found)
         return await self.application(scope, _Capped(receive, send, max_body()), send)
@@ -329,7 +330,7 @@ def _check_token_in_daphne(request: Any, token: str) -> None:
 
     def checked(live: bool) -> None:
         if not live:
-            _refuse_in_daphne(request, 401, "unauthenticated", "the bearer token is unknown or revoked")
+            _refuse_in_daphne(request, 401, "unauthenticated", UNKNOWN_TOKEN)
         elif channel.transport is not None:
             channel.resumeProducing()
 

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from agents import selectors, services
-from dashboard.auth import is_admin
+from dashboard.auth import bearer_token, is_admin
 
 Collect = Callable[[], Iterable[Metric]]
 
@@ -97,9 +97,8 @@ def exposition() -> bytes:
 
 def _allowed(request: HttpRequest) -> tuple[bool, int]:
     """Return whether the bearer token admits the scraper, and the status to refuse with (401 or 403)."""
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+    token = bearer_token(request)
+    if not token:
         return False, 401
     configured = getattr(settings, "AGENTFAST_METRICS_TOKEN", "")
     if configured and hmac.compare_digest(token.encode(), configured.encode()):
