@@ -2,8 +2,10 @@
 
 - `live_server`: a real `daphne` process serving dashboard.asgi on a free port, against the
   test database and the test run's Redis (tests.conftest.child_env), so HTTP, websockets
-  and the channel layer are the production ones. Needs `transactional_db` (it requests it):
-  the server process only sees committed rows. A tests.support.processes.Daphne: `.url`,
+  and the channel layer are the production ones; one per test module, started again for a
+  test if an earlier one killed it. Needs `transactional_db` (it requests it): the server
+  process only sees committed rows. It reads the project's agentfast.yaml, not a test's
+  `agent_config`. A tests.support.processes.Daphne: `.url`,
   `.kill()` then `.start()` and `.wait_ready()` (a restart on the same port, to drop every
   websocket).
 - `browser`: one headless Chromium (/usr/bin/chromium, driven by Playwright) per module.
@@ -43,14 +45,22 @@ def _live_server_helper() -> None:
     """
 
 
-@pytest.fixture
-def live_server(transactional_db: None, tmp_path: Path) -> Iterator[Daphne]:
+@pytest.fixture(scope="module")
+def _daphne(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daphne]:
+    """One daphne per test module: starting one costs seconds of CPU, and it keeps no state of
+    its own between tests (each test gets an emptied database and Redis)."""
     env = child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost", AGENTFAST_LOG_LEVEL="WARNING")
-    server = Daphne(log=tmp_path / "daphne.log", env=env)
+    server = Daphne(log=tmp_path_factory.mktemp("daphne") / "daphne.log", env=env)
     server.start()
     server.wait_ready(timeout=20)
     yield server
     server.kill()
+
+
+@pytest.fixture
+def live_server(transactional_db: None, _daphne: Daphne) -> Daphne:
+    _daphne.ensure_running()  # an earlier test may have killed it
+    return _daphne
 
 
 @pytest.fixture(scope="module")
@@ -138,4 +148,3 @@ def wait_live(page: Any) -> None:
     """
     page.wait_for_selector(".live[data-state=open]")
     wait_js(page, "!document.querySelector('.htmx-request')")
-

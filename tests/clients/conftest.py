@@ -54,20 +54,33 @@ class Server:
         assert response.status_code == 200, response.text
 
 
-@pytest.fixture
-def server(transactional_db: None, agent_config: Callable[[str], Path], alice: Any, tmp_path: Path) -> Iterator[Server]:
-    agent_config(POLICY)  # before daphne starts: it reads the environment
-    services.user_create(username="robot", role="agent")
-    agent_token = services.token_create(username="robot")[1]
-    reviewer_token = services.token_create(username="alice")[1]
+@pytest.fixture(scope="module")
+def _daphne(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daphne]:
+    """One daphne with POLICY per test module (a start costs seconds); each test empties the database."""
+    folder = tmp_path_factory.mktemp("daphne")
+    (folder / "agentfast.yaml").write_text(POLICY)
     daphne = Daphne(
-        log=tmp_path / "daphne.log",
-        env=child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost", AGENTFAST_LOG_LEVEL="WARNING"),
+        log=folder / "daphne.log",
+        env=child_env(
+            DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost",
+            AGENTFAST_LOG_LEVEL="WARNING",
+            AGENTFAST_CONFIG=str(folder / "agentfast.yaml"),
+        ),
     )
     daphne.start()
     daphne.wait_ready(timeout=20)
-    yield Server(daphne.url, agent_token, reviewer_token, daphne)
+    yield daphne
     daphne.kill()
+
+
+@pytest.fixture
+def server(transactional_db: None, _daphne: Daphne, agent_config: Callable[[str], Path], alice: Any) -> Server:
+    agent_config(POLICY)  # this process's engine reads the same policy as the server
+    services.user_create(username="robot", role="agent")
+    agent_token = services.token_create(username="robot")[1]
+    reviewer_token = services.token_create(username="alice")[1]
+    _daphne.ensure_running()  # an earlier test may have killed it
+    return Server(_daphne.url, agent_token, reviewer_token, _daphne)
 
 
 @pytest.fixture(scope="session")

@@ -188,23 +188,29 @@ def test_it_asks_again_for_a_call_id_the_model_reuses_in_a_later_turn(server: Se
     assert graph.wires == [(100, "ACME"), (100, "ACME")]
 
 
-@pytest.mark.parametrize("arguments", ["{not json", "[2500]", '{"cents": NaN, "to": "ACME"}'])
 def test_it_returns_arguments_that_are_no_json_object_to_an_openai_agents_sdk_model(
-    server: Server, fake_openai: Any, tmp_path: Path, openai_agents_python: Path, arguments: str
+    server: Server, fake_openai: Any, tmp_path: Path, openai_agents_python: Path
 ) -> None:
+    odd = ["{not json", "[2500]", '{"cents": NaN, "to": "ACME"}']
+    asked = iter(odd)  # one run of the agent each, in one process (the SDK's import takes seconds)
+
     def respond(body: dict[str, Any]) -> Reply:
         outputs = tool_messages(body)
         if not outputs:
-            return Reply(tool_calls=[("call_bad", "wire_money", arguments)])
+            return Reply(tool_calls=[("call_bad", "wire_money", next(asked))])
         return Reply(content=f"Read: {outputs[-1]['content']}")
 
     fake_openai.script(respond)
     ledger = tmp_path / "wires.txt"
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE")}
     args = [str(openai_agents_python), str(FLOW), server.url, server.agent_token, fake_openai.base_url, str(ledger)]
-    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
+    args.append(str(len(odd)))
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90, check=False)
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("Read: The call was not made: the arguments are not a JSON object"), done.stdout
+    finals = done.stdout.splitlines()
+    assert len(finals) == len(odd), done.stdout
+    for final in finals:
+        assert final.startswith("Read: The call was not made: the arguments are not a JSON object"), final
     assert not Approval.objects.exists()
     assert not ledger.exists()

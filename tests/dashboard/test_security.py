@@ -52,12 +52,16 @@ json.dump({
 
 
 def settings_of(var_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Import the production settings in a fresh process, with only the given variables set."""
+    """Import the production settings in a fresh process, with only the given variables set.
+
+    The settings alone, without django.setup(): they make the var folder and its files private
+    themselves, and loading every app would cost each test a second more.
+    """
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AGENTFAST_", "REDIS_", "DATABASE_"))}
     clean.update(DJANGO_SETTINGS_MODULE="dashboard.settings", AGENTFAST_VAR_DIR=str(var_dir), PYTHONPATH=str(ROOT))
     clean.update(env)
     return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()\n" + _SHOW],
+        [sys.executable, "-c", _SHOW],
         cwd=ROOT,
         check=False,
         env=clean,

@@ -71,6 +71,12 @@ class ServerProcess:
             time.sleep(0.05)
         raise RuntimeError(f"{self.name} did not start:\n{self.log_tail()}")
 
+    def ensure_running(self, timeout: float = 20) -> None:
+        """Start the process again if it died (or a test killed it), and wait until it is ready."""
+        if not self.alive:
+            self.start()
+        self.wait_ready(timeout=timeout)
+
     def log_tail(self, chars: int = 3000) -> str:
         """Return the end of the process's log, for a failure message."""
         return self.log_path.read_text(errors="replace")[-chars:]
