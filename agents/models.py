@@ -225,6 +225,8 @@ class Approval(models.Model):
             # The inbox's order (nearest deadline, then longest waiting) read straight off the index, and
             # the sweeper's overdue deadlines (its prefix).
             models.Index(fields=["status", "expires_at", "created_at", "id"], name="approval_inbox_oldest"),
+            # Insights: the decisions of the last 7, 30 or 90 days, not every decision ever made.
+            models.Index(fields=["decided_at"], name="approval_decided"),
             # The sweeper: suspended runs whose last decision is past the grace period.
             models.Index(fields=["run", "status"], name="approval_run_status"),
             # The sweeper: which suspended runs still wait on someone (an anti-join on this small index).

@@ -1,14 +1,15 @@
 """The Insights page: how the team decides, drawn as server-side SVG (no script, no CDN).
 
-The figures are pure functions of decided approvals (`summarize`), so they are tested on
-known rows; the page only reads them through selectors and draws them.
+The database counts and groups (a 30-day window of a busy team holds 100,000 decisions); the
+figures are pure functions of what it returns (`summarize`, `queue_depth`), so they are
+tested on known tallies, and the selectors on known rows.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
@@ -30,19 +31,20 @@ DEPTH_POINTS = 48
 
 
 @dataclass(frozen=True)
-class Decided:
-    """One decided approval, as the figures need it."""
+class Tally:
+    """How many decisions in the window share a tool, an agent, a decider and an outcome."""
 
     tool: str
     agent: str
     reviewer: str  # "" for an automatic decision (a rule, a grant, a deadline)
     outcome: str  # approved, edited or rejected
-    created_at: datetime
-    decided_at: datetime
+    count: int
+    quick: int = 0  # of them, decided within RUBBER_STAMP_SECONDS of being asked
 
-    @property
-    def seconds(self) -> float:
-        return max((self.decided_at - self.created_at).total_seconds(), 0.0)
+
+# How long a person took to decide a call, and the day they did (in the viewer's time zone):
+# (tool, day, seconds). A plain tuple as the database returns it: a window holds 100,000.
+Wait = tuple[str, date, float]
 
 
 @dataclass
@@ -74,30 +76,35 @@ def percentile(values: Sequence[float], share: float) -> float:
     return ordered[max(math.ceil(share * len(ordered)) - 1, 0)]
 
 
-def from_row(row: selectors.DecisionRow) -> Decided:
-    """Return the figures' view of a decided approval; a name with ':' (policy:, grant:) is no person."""
-    tool, agent, decided_by, status, edited, created_at, decided_at = row
-    person = decided_by if decided_by and ":" not in decided_by else ""
-    outcome = "edited" if status == Approval.Status.APPROVED and edited else status
-    return Decided(tool, agent, person, outcome, created_at, decided_at)
+def read_tallies(since: datetime) -> list[Tally]:
+    """Return the window's decisions as tallies; an approval with edited arguments is an edit."""
+    return [
+        Tally(tool, agent, person, "edited" if status == Approval.Status.APPROVED and edited else status, count, quick)
+        for tool, agent, person, status, edited, count, quick in selectors.decision_tallies(
+            since=since, quick_seconds=RUBBER_STAMP_SECONDS
+        )
+    ]
 
 
-def summarize(rows: Iterable[Decided]) -> Summary:
-    """Compute every figure of the page from decided approvals."""
-    rows = list(rows)
-    people = [row for row in rows if row.reviewer]  # automatic decisions take no time and stamp nothing
-    summary = Summary(decisions=len(rows))
-    summary.by_tool = _rates(rows, lambda row: row.tool)
-    summary.by_agent = _rates(rows, lambda row: row.agent)
-    summary.by_reviewer = _rates(people, lambda row: row.reviewer)
-    by_tool: dict[str, list[Decided]] = defaultdict(list)
-    for row in people:
-        by_tool[row.tool].append(row)
+def summarize(tallies: Iterable[Tally], waits: Iterable[Wait]) -> Summary:
+    """Compute every figure of the page from the window's tallies and the waits of its people's decisions."""
+    tallies = list(tallies)
+    people = [tally for tally in tallies if tally.reviewer]  # automatic decisions take no time and stamp nothing
+    summary = Summary(decisions=sum(tally.count for tally in tallies))
+    summary.by_tool = _rates(tallies, lambda tally: tally.tool)
+    summary.by_agent = _rates(tallies, lambda tally: tally.agent)
+    summary.by_reviewer = _rates(people, lambda tally: tally.reviewer)
+    by_tool: dict[str, list[Wait]] = defaultdict(list)
+    for wait in waits:
+        by_tool[wait[0]].append(wait)
     for tool, decided in sorted(by_tool.items()):
-        seconds = [row.seconds for row in decided]
+        seconds = [wait[2] for wait in decided]
         summary.latency_by_tool[tool] = (percentile(seconds, 0.5), percentile(seconds, 0.95))
         summary.latency_series[tool] = _daily_latency(decided)
-    stamped = Counter(r.reviewer for r in people if r.outcome == "approved" and r.seconds < RUBBER_STAMP_SECONDS)
+    stamped: Counter[str] = Counter()
+    for tally in people:
+        if tally.outcome == "approved" and tally.quick:
+            stamped[tally.reviewer] += tally.quick
     summary.rubber_stamped = dict(sorted(stamped.items(), key=lambda item: (-item[1], item[0])))
     summary.suggestions = [
         (tool, rates.approved)
@@ -107,51 +114,38 @@ def summarize(rows: Iterable[Decided]) -> Summary:
     return summary
 
 
-def _rates(rows: Iterable[Decided], key: object) -> dict[str, Rates]:
+def _rates(tallies: Iterable[Tally], key: Callable[[Tally], str]) -> dict[str, Rates]:
     rates: dict[str, Rates] = defaultdict(Rates)
-    for row in rows:
-        bucket = rates[key(row)]  # type: ignore[operator]
-        setattr(bucket, row.outcome, getattr(bucket, row.outcome) + 1)
+    for tally in tallies:
+        bucket = rates[key(tally)]
+        setattr(bucket, tally.outcome, getattr(bucket, tally.outcome) + tally.count)
     return dict(sorted(rates.items(), key=lambda item: (-item[1].total, item[0])))
 
 
-def _daily_latency(rows: Iterable[Decided]) -> list[tuple[date, float, float]]:
+def _daily_latency(waits: Iterable[Wait]) -> list[tuple[date, float, float]]:
     days: dict[date, list[float]] = defaultdict(list)
-    for row in rows:
-        days[timezone.localtime(row.decided_at).date()].append(row.seconds)
+    for _, day, seconds in waits:
+        days[day].append(seconds)
     return [(day, percentile(values, 0.5), percentile(values, 0.95)) for day, values in sorted(days.items())]
 
 
 def queue_depth(
-    spans: Iterable[tuple[datetime, datetime | None]], *, start: datetime, end: datetime
+    periods: Mapping[int, tuple[int, int]], *, start: datetime, end: datetime
 ) -> list[tuple[datetime, int]]:
     """Return the most approvals open at once in each of DEPTH_POINTS equal periods from `start` to `end`.
 
-    The peak, not a sample: a call decided in seconds still shows in its period.
-    1. Turn each span into +1 when it opens and -1 when it closes (closes first at a tie).
-    2. Walk the changes in time order, keeping the current depth and each period's peak.
+    The peak, not a sample: a call decided in seconds still shows in its period. `periods`
+    is selectors.approvals_open_by_period's answer: a period with no row peaks at the number
+    open when it began, the net changes of the periods before it added up.
     """
     step = (end - start) / DEPTH_POINTS
-    changes = []
-    for opened, closed in spans:
-        changes.append((opened, 1))
-        if closed is not None:
-            changes.append((closed, -1))
-    changes.sort(key=lambda change: (change[0], change[1]))
-    depth, index = 0, 0
-    while index < len(changes) and changes[index][0] <= start:
-        depth += changes[index][1]
-        index += 1
-    peaks = []
+    open_now = periods.get(-1, (0, 0))[1]
+    points = []
     for period in range(DEPTH_POINTS):
-        period_end = start + step * (period + 1)
-        peak = depth
-        while index < len(changes) and changes[index][0] < period_end:
-            depth += changes[index][1]
-            peak = max(peak, depth)
-            index += 1
-        peaks.append((start + step * period, peak))
-    return peaks
+        peak, change = periods.get(period, (open_now, 0))
+        points.append((start + step * period, max(peak, open_now)))
+        open_now += change
+    return points
 
 
 # -- drawing -----------------------------------------------------------------------------
@@ -307,9 +301,9 @@ def insights_page(request: HttpRequest) -> HttpResponse:
     days = _window(request)
     now = timezone.now()
     since = now - timedelta(days=days)
-    summary = summarize(map(from_row, selectors.decision_rows(since=since)))
-    spans = selectors.approvals_opened_and_closed(since=since).values_list("created_at", "decided_at")
-    depth = queue_depth(spans, start=since, end=now)
+    summary = summarize(read_tallies(since), selectors.decision_waits(since=since))
+    periods = selectors.approvals_open_by_period(start=since, seconds=(now - since).total_seconds() / DEPTH_POINTS)
+    depth = queue_depth(periods, start=since, end=now)
     context = {
         "days": days,
         "windows": WINDOWS,

@@ -29,7 +29,7 @@ from typing import Any, TypeVar, cast
 from django.contrib.auth.models import Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
-from django.db.models import BooleanField, F, Func, Model
+from django.db.models import BooleanField, F, FloatField, Func, Model
 
 from agents.models import ApiToken, Approval, AuditEntry, Grant, Message, Run, ToolCall
 from agents.sql.chain import Chain
@@ -420,6 +420,58 @@ class JsonArrayHasAny(Func):
         marks = ", ".join(["%s"] * len(self.strings))
         sql = f"EXISTS (SELECT 1 FROM json_each({column}) WHERE json_each.value IN ({marks}))"
         return sql, (*params, *self.strings)
+
+
+class SecondsBetween(Func):
+    """The seconds from one timestamp column to another, as a float (how long an approval waited).
+
+    Django's own difference is an interval, which each database spells and returns in its own way
+    (PostgreSQL's is parsed into a timedelta per row); a float costs neither.
+    """
+
+    output_field = FloatField()
+
+    def __init__(self, start: str, end: str) -> None:
+        super().__init__(F(start), F(end))
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        (start, start_params), (end, end_params) = (compiler.compile(each) for each in self.source_expressions)
+        return f"EXTRACT(EPOCH FROM ({end} - {start}))::double precision", [*start_params, *end_params]
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, tuple[Any, ...]]:
+        (start, start_params), (end, end_params) = (compiler.compile(each) for each in self.source_expressions)
+        return f"((julianday({end}) - julianday({start})) * 86400.0)", (*start_params, *end_params)
+
+
+def approvals_open_by_period(*, start: datetime, seconds: float) -> dict[int, tuple[int, int]]:
+    """Return, for each period of `seconds` from `start`, the most approvals open at once in it and its net change.
+
+    Over the approvals still pending or decided since `start`. Each becomes +1 when it was
+    asked and -1 when it was decided; the database sorts these by time (a decision first at a
+    tie) and keeps a running sum, the number open after each, so the page reads a row per
+    period instead of two times per approval. Period -1 holds everything up to `start` (its
+    net change is the number open then); a period in which nothing happened has no row.
+    """
+    if connection.vendor == "postgresql":
+        period = "FLOOR(EXTRACT(EPOCH FROM (at - %s)) / %s)::integer"
+    else:  # SQLite keeps text times, which julianday reads as days
+        period = "CAST((julianday(at) - julianday(%s)) * 86400.0 / %s AS INTEGER)"
+    when = db_time(start)
+    sql = f"""
+        SELECT period, MAX(open_now), SUM(change) FROM (
+            SELECT CASE WHEN at <= %s THEN -1 ELSE {period} END AS period, change,
+                   SUM(change) OVER (ORDER BY at, change ROWS UNBOUNDED PRECEDING) AS open_now
+            FROM (
+                SELECT created_at AS at, 1 AS change FROM {_APPROVAL} WHERE decided_at IS NULL OR decided_at >= %s
+                UNION ALL
+                SELECT decided_at, -1 FROM {_APPROVAL} WHERE decided_at >= %s
+            ) AS changes
+        ) AS running
+        GROUP BY period
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [when, when, seconds, when, when])
+        return {period: (peak, net) for period, peak, net in cursor.fetchall()}
 
 
 def distinct_values(*columns: tuple[str, str]) -> list[list[str]]:

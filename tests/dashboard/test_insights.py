@@ -5,18 +5,34 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+import pytest
+from django.utils import timezone
+
+from agents import selectors
+from agents.models import Approval
 from dashboard import insights
-from dashboard.insights import Decided, percentile, queue_depth, summarize
+from dashboard.insights import Tally, percentile, queue_depth, summarize
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, start
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
 
+def asked(created_at: datetime, decided_at: datetime | None = None, **fields: object) -> Approval:
+    """Return an approval of a real run, made to have been asked and decided at these times."""
+    approval = pending(start(REFUND))[0]
+    if decided_at is not None:
+        fields = {"status": Approval.Status.APPROVED, "decided_by": "alice", **fields}
+    Approval.objects.filter(pk=approval.pk).update(created_at=created_at, decided_at=decided_at, **fields)
+    return approval
+
+
 def decided(
-    seconds: float, *, tool: str = "refund_request", reviewer: str = "alice", outcome: str = "approved"
-) -> Decided:
-    return Decided(tool, "support", reviewer, outcome, T0, T0 + timedelta(seconds=seconds))
+    seconds: float, *, at: datetime, reviewer: str = "alice", outcome: str = "approved", **fields: object
+) -> None:
+    status = Approval.Status.REJECTED if outcome == "rejected" else Approval.Status.APPROVED
+    edit = {"arguments": {"order_id": "A1001", "amount_cents": 100}} if outcome == "edited" else {}
+    asked(at - timedelta(seconds=seconds), at, **{"decided_by": reviewer, "status": status, **edit, **fields})
 
 
 def cells(html: str, by: str, name: str) -> tuple[str, ...]:
@@ -32,50 +48,71 @@ def test_it_takes_nearest_rank_percentiles():
     assert percentile([7.0], 0.95) == 7.0
 
 
-def test_it_computes_latency_rates_and_rubber_stamps_from_known_decisions():
-    rows = [
-        decided(1.0),
-        decided(1.5, reviewer="bob"),
-        decided(30.0, outcome="edited"),
-        decided(600.0, reviewer="bob", outcome="rejected"),
-        decided(0.0, reviewer=""),  # a rule decided it: counts in the rates only
-        decided(4.0, tool="send_email", reviewer="bob"),
-    ]
+def test_it_reads_latency_rates_and_rubber_stamps_from_known_decisions(db):
+    now = timezone.now()
+    yesterday = now - timedelta(days=1)
+    decided(1.0, at=now)
+    decided(1.5, at=now, reviewer="bob")
+    decided(1.9, at=yesterday, outcome="edited")  # quick, but edited: read, not stamped
+    decided(30.0, at=yesterday)
+    decided(600.0, at=now, reviewer="bob", outcome="rejected")
+    decided(0.0, at=now, reviewer="policy:small refunds")  # a rule decided it: counts in the rates only
+    decided(0.0, at=now, reviewer="grant:g-1")  # so did a standing grant
+    decided(4.0, at=now, reviewer="bob", tool="send_email")
+    decided(1.0, at=now - timedelta(days=40))  # before the window
+    decided(1.0, at=now, status=Approval.Status.EXPIRED)  # nobody decided it
+    asked(now - timedelta(seconds=5))  # still waiting
 
-    summary = summarize(rows)
+    since = now - timedelta(days=30)
+    summary = summarize(insights.read_tallies(since), selectors.decision_waits(since=since))
 
-    assert summary.decisions == 6
-    assert summary.latency_by_tool == {"refund_request": (1.5, 600.0), "send_email": (4.0, 4.0)}
+    assert summary.decisions == 8
+
+    def within_ms(expected: tuple[float, float]) -> object:
+        return pytest.approx(expected, abs=0.001)  # SQLite's julianday reads times to some 20 microseconds
+
+    assert summary.latency_by_tool == {"refund_request": within_ms((1.9, 600.0)), "send_email": within_ms((4.0, 4.0))}
+    today, before = timezone.localdate(now), timezone.localdate(yesterday)
+    series = summary.latency_series["refund_request"]
+    assert [day for day, _, _ in series] == [before, today]
+    assert [(p50, p95) for _, p50, p95 in series] == [within_ms((1.9, 30.0)), within_ms((1.5, 600.0))]
     by_tool = summary.by_tool["refund_request"]
-    assert (by_tool.approved, by_tool.edited, by_tool.rejected) == (3, 1, 1)
+    assert (by_tool.approved, by_tool.edited, by_tool.rejected) == (5, 1, 1)
+    assert (summary.by_agent["support"].total, summary.by_tool["send_email"].total) == (8, 1)
     bob = summary.by_reviewer["bob"]
     assert (bob.approved, bob.edited, bob.rejected) == (2, 0, 1)
-    assert "" not in summary.by_reviewer
+    assert set(summary.by_reviewer) == {"alice", "bob"}
     assert summary.rubber_stamped == {"alice": 1, "bob": 1}
     assert summary.suggestions == []
 
 
 def test_it_suggests_a_rule_for_a_tool_always_approved_as_asked():
-    always = [decided(5.0, tool="lookup_order") for _ in range(insights.RULE_SUGGESTION_MIN)]
-    once_edited = [decided(5.0, tool="send_email") for _ in range(insights.RULE_SUGGESTION_MIN)]
-    once_edited.append(decided(5.0, tool="send_email", outcome="edited"))
+    always = Tally("lookup_order", "support", "alice", "approved", insights.RULE_SUGGESTION_MIN)
+    often = Tally("send_email", "support", "alice", "approved", insights.RULE_SUGGESTION_MIN)
+    once_edited = Tally("send_email", "support", "bob", "edited", 1)
+    by_a_rule = Tally("lookup_order", "support", "", "approved", 1)
 
-    summary = summarize(always + once_edited + always[:1])
+    summary = summarize([always, often, once_edited, by_a_rule], [])
 
     assert summary.suggestions == [("lookup_order", insights.RULE_SUGGESTION_MIN + 1)]
 
 
-def test_it_counts_the_most_approvals_open_at_once_in_each_period():
-    spans = [
-        (T0 - timedelta(hours=1), T0 + timedelta(seconds=1)),  # open before the window, decided in its first period
-        (T0, T0 + timedelta(seconds=1)),  # decided in a second: still counted in its period
-        (T0 + timedelta(hours=3), None),  # still waiting
-    ]
+def test_it_counts_the_most_approvals_open_at_once_in_each_period(db):
+    asked(T0 - timedelta(hours=1), T0 + timedelta(seconds=1))  # open before the window, decided in its first period
+    asked(T0, T0 + timedelta(seconds=1))  # decided in a second: still counted in its period
+    asked(T0 + timedelta(hours=3))  # still waiting
+    asked(T0 - timedelta(hours=2), T0 - timedelta(hours=1))  # decided before the window: never counted
+    asked(T0 + timedelta(hours=10, seconds=1), T0 + timedelta(hours=10, seconds=2))
+    asked(T0 + timedelta(hours=10, seconds=2), T0 + timedelta(hours=10, seconds=3))  # asked as the one before ends
+    end = T0 + timedelta(hours=insights.DEPTH_POINTS)
 
-    depth = queue_depth(spans, start=T0, end=T0 + timedelta(hours=insights.DEPTH_POINTS))
+    periods = selectors.approvals_open_by_period(start=T0, seconds=3600)
+    depth = queue_depth(periods, start=T0, end=end)
 
     assert [count for _, count in depth[:5]] == [2, 0, 0, 1, 1]
+    assert depth[10][1] == 2  # a decision is taken before a call asked at the same moment
     assert depth[-1][1] == 1 and len(depth) == insights.DEPTH_POINTS
+    assert depth[1][0] == T0 + timedelta(hours=1)
 
 
 def test_it_shows_the_rates_of_decisions_made_through_the_services(client_for, alice, monkeypatch):
