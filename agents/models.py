@@ -195,6 +195,9 @@ class Approval(models.Model):
     arguments = models.JSONField(null=True, blank=True)  # edited arguments, if any
     payload = models.JSONField(null=True, blank=True)  # the reviewer's answer to a custom tool
     expires_at = models.DateTimeField(null=True, blank=True)
+    # The policy's time to decide, which an escalation gives its approvers anew (an extension
+    # the first approvers got does not carry over).
+    timeout_seconds = models.FloatField(null=True, blank=True)
     # What the deadline does (agents/services/deadlines.py): its outcome, whom an escalation adds
     # as approvers (once: escalated_at), and how often to remind while it waits.
     on_timeout = models.CharField(max_length=10, choices=OnTimeout.choices, default=OnTimeout.REJECT)

@@ -3,7 +3,8 @@
 A pending approval's deadline (`expires_at`) ends it the way its policy said (`on_timeout`):
 reject (the model reads APPROVAL_EXPIRED), approve (the call runs, decided by "deadline"),
 or escalate (the `escalate_to` approvers are added and told, and the deadline restarts
-once; the second expiry rejects). A scheduled call is a suspend approval whose deadline
+once, with the policy's timeout: an extension the first approvers got does not carry over;
+the second expiry rejects). A scheduled call is a suspend approval whose deadline
 runs it (`on_timeout` "run", decided by "schedule").
 
 Each deadline fires from a Celery task scheduled with `eta` when it is set (on commit), so
@@ -114,7 +115,10 @@ def _escalate(approval: Approval, now: datetime) -> None:
     # An approval open to any reviewer stays open: narrowing it to escalate_to would lock out the first approvers.
     approvers = approval.approvers + [name for name in approval.escalate_to if name not in approval.approvers]
     approvers = approvers if approval.approvers else []
-    expires_at = now + ((approval.expires_at or now) - approval.created_at)
+    if approval.timeout_seconds:
+        expires_at = now + timedelta(seconds=approval.timeout_seconds)
+    else:  # asked before approvals kept their timeout: the time it was given, extensions included
+        expires_at = now + ((approval.expires_at or now) - approval.created_at)
     Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
         approvers=approvers, escalated_at=now, expires_at=expires_at
     )

@@ -175,6 +175,7 @@ def _approval(
         approval.policy_version = verdict.policy_version
         approval.on_timeout = Approval.OnTimeout.RUN if verdict.action == "schedule" else verdict.on_timeout
         approval.escalate_to = list(verdict.escalate_to)
+        approval.timeout_seconds = verdict.timeout_seconds
         approval.remind_every_seconds = verdict.remind_every_seconds
     return approval
 

@@ -170,6 +170,23 @@ def test_it_escalates_once_then_rejects_at_the_second_expiry(deadline, django_ca
     assert tool_outputs(resume(run))[-1]["error_code"] == "APPROVAL_EXPIRED"
 
 
+def test_it_gives_the_escalation_the_policys_timeout_not_the_extension_the_first_approvers_had(deadline):
+    deadline(timeout="10m", on_timeout="escalate", escalate_to=["managers"])
+    [approval] = pending(start(REFUND))
+    approval_extend(approval_id=approval.id, by_seconds=3600, attempt=services.Attempt(actor="alice", source="cli"))
+    approval.refresh_from_db()
+    # 71 minutes pass: the 10 minutes and the hour alice asked for are over.
+    passed = timedelta(minutes=71)
+    Approval.objects.filter(pk=approval.pk).update(
+        created_at=approval.created_at - passed, expires_at=approval.expires_at - passed
+    )
+
+    assert approval_deadline_fire(approval_id=approval.id) == "escalated"
+
+    approval.refresh_from_db()
+    assert approval.expires_at - approval.escalated_at == timedelta(minutes=10)
+
+
 def test_it_lets_an_escalation_approver_decide(deadline):
     deadline(timeout=0.2, on_timeout="escalate", escalate_to=["managers"])
     [approval] = pending(start(REFUND))
