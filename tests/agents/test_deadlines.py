@@ -59,9 +59,13 @@ def deadline(agent_config: Callable[[str], Path], alice: User, bob: User) -> Cal
 
 
 def past_deadline(approval: Approval) -> Approval:
-    """Wait (in this process) until the approval's deadline has passed; return it fresh."""
+    """Move the approval's deadline to a moment ago, as if its time had gone by; return it fresh.
+
+    Rather than a deadline of a fraction of a second and a sleep: on a busy machine such a
+    deadline passed before the decisions a test makes first, and they were refused.
+    """
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - timedelta(milliseconds=1))
     approval.refresh_from_db()
-    time.sleep(max(0.0, (approval.expires_at - timezone.now()).total_seconds()) + 0.01)
     return approval
 
 
@@ -97,7 +101,7 @@ def test_it_refuses_deadline_keys_that_cannot_work(deadline, keys, problem):
 
 
 def test_it_rejects_at_the_deadline_and_the_model_reads_approval_expired(deadline):
-    deadline(timeout=0.2)
+    deadline(timeout="1h")
     run = start(REFUND)
     [approval] = pending(run)
     assert approval_deadline_fire(approval_id=approval.id) == ""  # not due yet
@@ -113,7 +117,7 @@ def test_it_rejects_at_the_deadline_and_the_model_reads_approval_expired(deadlin
 
 
 def test_it_approves_at_the_deadline_audited_as_the_deadlines_decision(deadline):
-    deadline(timeout=0.2, on_timeout="approve")
+    deadline(timeout="1h", on_timeout="approve")
     run = start(REFUND)
     [approval] = pending(run)
 
@@ -132,7 +136,7 @@ def test_it_runs_no_edit_that_a_vote_short_of_its_quorum_made_when_the_deadline_
     # Two of finance must approve; alice's vote changes the amount, then nobody else decides. The
     # deadline's approve would otherwise run arguments only alice approved (or overrule her edit).
     services.user_create(username="carol", role="reviewer", groups=("finance",))
-    deadline(timeout=1, on_timeout="approve", quorum=2)
+    deadline(timeout="1h", on_timeout="approve", quorum=2)
     run = start(REFUND)
     [approval] = pending(run)
     edited = {**approval.tool_call.arguments, "amount_cents": 4999}
@@ -149,7 +153,7 @@ def test_it_runs_no_edit_that_a_vote_short_of_its_quorum_made_when_the_deadline_
 
 
 def test_it_escalates_once_then_rejects_at_the_second_expiry(deadline, django_capture_on_commit_callbacks):
-    deadline(timeout=0.3, on_timeout="escalate", escalate_to=["managers", "user:carol"])
+    deadline(timeout="1h", on_timeout="escalate", escalate_to=["managers", "user:carol"])
     run = start(REFUND)
     [approval] = pending(run)
 
@@ -188,7 +192,7 @@ def test_it_gives_the_escalation_the_policys_timeout_not_the_extension_the_first
 
 
 def test_it_lets_an_escalation_approver_decide(deadline):
-    deadline(timeout=0.2, on_timeout="escalate", escalate_to=["managers"])
+    deadline(timeout="1h", on_timeout="escalate", escalate_to=["managers"])
     [approval] = pending(start(REFUND))
     with pytest.raises(services.NotPermitted):
         services.approval_decide(
@@ -204,7 +208,7 @@ def test_it_lets_an_escalation_approver_decide(deadline):
 
 
 def test_it_lets_a_decision_before_the_deadline_win(deadline):
-    deadline(timeout=0.2, on_timeout="approve")
+    deadline(timeout="1h", on_timeout="approve")
     [approval] = pending(start(REFUND))
     services.approval_decide(
         approval_id=approval.id, decision="rejected", attempt=services.Attempt(actor="alice", source="cli")
@@ -217,7 +221,7 @@ def test_it_lets_a_decision_before_the_deadline_win(deadline):
 
 def test_it_gives_a_passed_deadline_its_outcome_before_a_late_decision(deadline):
     """A deadline whose task is late (a busy or stopped worker) still decides: a decision after it meets its outcome."""
-    deadline(timeout=0.2, on_timeout="approve")
+    deadline(timeout="1h", on_timeout="approve")
     [approval] = pending(start(REFUND))
     past_deadline(approval)  # passed, and no task fired it
 
@@ -234,7 +238,7 @@ def test_it_gives_a_passed_deadline_its_outcome_before_a_late_decision(deadline)
 
 
 def test_it_refuses_a_late_approval_once_the_deadline_rejected(deadline):
-    deadline(timeout=0.2)
+    deadline(timeout="1h")
     [approval] = pending(start(REFUND))
     past_deadline(approval)
 
@@ -247,7 +251,7 @@ def test_it_refuses_a_late_approval_once_the_deadline_rejected(deadline):
 
 
 def test_it_escalates_a_passed_deadline_before_an_escalation_approver_decides(deadline):
-    deadline(timeout=0.2, on_timeout="escalate", escalate_to=["managers"])
+    deadline(timeout="1h", on_timeout="escalate", escalate_to=["managers"])
     [approval] = pending(start(REFUND))
     past_deadline(approval)
 
@@ -260,7 +264,7 @@ def test_it_escalates_a_passed_deadline_before_an_escalation_approver_decides(de
 
 
 def test_it_does_not_extend_a_deadline_that_has_passed(deadline):
-    deadline(timeout=0.2)
+    deadline(timeout="1h")
     [approval] = pending(start(REFUND))
     past_deadline(approval)
 
