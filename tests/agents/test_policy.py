@@ -86,6 +86,7 @@ def test_it_refuses_to_start_with_a_bad_config(tmp_path: Path):
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
 
     assert done.returncode == 1
@@ -149,3 +150,16 @@ def test_it_lets_an_agent_add_gates(tmp_path: Path):
     assert policy.tool_policy("lookup_order", agent=agent) == ToolPolicy(risk="high", hitl_mode="defer")
     assert policy.tool_policy("send_email", agent=agent) == ToolPolicy(hitl_mode="suspend", timeout_seconds=60)
     assert policy.tool_policy("send_email", agent=_agent(send_email={"risk": "low"})).hitl_mode == "defer"
+
+
+def test_it_compiles_the_projects_rules_without_importing_cels_command_line_tool():
+    # Loading the policy at start compiles its CEL rules; the package's interactive tool
+    # (prompt_toolkit) cost every process's start a part of a second.
+    show = "import sys, django; django.setup(); print(sorted(m for m in sys.modules if m.split('.')[0] in ('cel', 'prompt_toolkit')))"
+    env = child_env(AGENTFAST_CONFIG=str(ROOT / "agentfast.yaml"))  # the project's file: rules with `when`
+    done = subprocess.run(
+        [sys.executable, "-c", show], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['cel', 'cel.cel', 'cel.cli', 'cel.stdlib']"
