@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -14,7 +14,6 @@ from django.db.models import (
     BooleanField,
     Case,
     Count,
-    DurationField,
     ExpressionWrapper,
     F,
     Min,
@@ -506,13 +505,12 @@ def decision_latency_histogram(bounds: Sequence[float]) -> list[DecisionLatencie
 
     The database counts the buckets in one grouped scan and sends a row per tool, so a
     scrape's time and memory do not grow with the history a Python loop would read row by row.
-    A decision stamped before its question (clocks apart) counts as 0 seconds.
+    A decision stamped before its question (clocks apart) counts as 0 seconds. Seconds as a
+    float (sql.SecondsBetween): Django's interval was, on SQLite, a Python function called for
+    every row and bucket (a scrape of 20,000 decisions took 1.3 s).
     """
-    waited = ExpressionWrapper(F("decided_at") - F("created_at"), output_field=DurationField())
-    within = {
-        f"within_{index}": Count("pk", filter=Q(waited__lte=timedelta(seconds=bound)))
-        for index, bound in enumerate(bounds)
-    }
+    waited = sql.SecondsBetween("created_at", "decided_at")
+    within = {f"within_{index}": Count("pk", filter=Q(waited__lte=bound)) for index, bound in enumerate(bounds)}
     rows = (
         Approval.objects.filter(
             status__in=(Approval.Status.APPROVED, Approval.Status.REJECTED), decided_at__isnull=False
@@ -522,7 +520,7 @@ def decision_latency_histogram(bounds: Sequence[float]) -> list[DecisionLatencie
         .values("tool")
         .annotate(
             count=Count("pk"),
-            total=Sum(Greatest("waited", Value(timedelta(0)), output_field=DurationField())),
+            total=Sum(Greatest("waited", Value(0.0))),
             **within,
         )
         .order_by("tool")
@@ -535,7 +533,7 @@ def _decision_latencies(row: Mapping[str, Any], within: Iterable[str]) -> Decisi
         tool=row["tool"],
         within=tuple(row[name] for name in within),
         count=row["count"],
-        seconds=row["total"].total_seconds(),
+        seconds=row["total"],
     )
 
 

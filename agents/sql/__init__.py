@@ -439,8 +439,15 @@ class SecondsBetween(Func):
         return f"EXTRACT(EPOCH FROM ({end} - {start}))::double precision", [*start_params, *end_params]
 
     def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, tuple[Any, ...]]:
+        # SQLite keeps "YYYY-MM-DD HH:MM:SS[.ffffff]" text: whole seconds from strftime, then the
+        # fractions from the text after them, so a wait at a bucket's bound stays exact (julianday's
+        # floats were some microseconds off).
         (start, start_params), (end, end_params) = (compiler.compile(each) for each in self.source_expressions)
-        return f"((julianday({end}) - julianday({start})) * 86400.0)", (*start_params, *end_params)
+        sql = (
+            f"((strftime('%%s', {end}) - strftime('%%s', {start}))"
+            f" + (CAST(substr({end}, 20) AS REAL) - CAST(substr({start}, 20) AS REAL)))"
+        )
+        return sql, (*end_params, *start_params, *end_params, *start_params)
 
 
 def approvals_open_by_period(*, start: datetime, seconds: float) -> dict[int, tuple[int, int]]:

@@ -68,14 +68,17 @@ def test_it_reads_latency_rates_and_rubber_stamps_from_known_decisions(db):
 
     assert summary.decisions == 8
 
-    def within_ms(expected: tuple[float, float]) -> object:
-        return pytest.approx(expected, abs=0.001)  # SQLite's julianday reads times to some 20 microseconds
+    def to_the_microsecond(expected: tuple[float, float]) -> object:
+        return pytest.approx(expected, abs=1e-6)  # seconds as floats, to the microsecond the times keep
 
-    assert summary.latency_by_tool == {"refund_request": within_ms((1.9, 600.0)), "send_email": within_ms((4.0, 4.0))}
+    assert summary.latency_by_tool == {
+        "refund_request": to_the_microsecond((1.9, 600.0)),
+        "send_email": to_the_microsecond((4.0, 4.0)),
+    }
     today, before = timezone.localdate(now), timezone.localdate(yesterday)
     series = summary.latency_series["refund_request"]
     assert [day for day, _, _ in series] == [before, today]
-    assert [(p50, p95) for _, p50, p95 in series] == [within_ms((1.9, 30.0)), within_ms((1.5, 600.0))]
+    assert [(p50, p95) for _, p50, p95 in series] == [to_the_microsecond((1.9, 30.0)), to_the_microsecond((1.5, 600.0))]
     by_tool = summary.by_tool["refund_request"]
     assert (by_tool.approved, by_tool.edited, by_tool.rejected) == (5, 1, 1)
     assert (summary.by_agent["support"].total, summary.by_tool["send_email"].total) == (8, 1)

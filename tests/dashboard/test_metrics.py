@@ -78,6 +78,23 @@ def test_the_latency_histogram_counts_each_bucket_and_sums_the_seconds(carol, se
     assert samples[("agentfast_decision_latency_seconds_sum", (("tool", "refund_request"),))] == 7204.5
 
 
+def test_the_latency_histogram_counts_a_wait_at_a_bound_within_it(carol, settings):
+    settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
+    for wait in (1.0, 3600.0):
+        approval = pending(start(REFUND))[0]
+        decide(approval, "approved", by="alice")
+        decided_at = Approval.objects.get(pk=approval.pk).decided_at
+        Approval.objects.filter(pk=approval.pk).update(created_at=decided_at - timedelta(seconds=wait))
+
+    samples = scrape("s3cret-scrape")
+
+    def bucket(le: str) -> float:
+        return samples[("agentfast_decision_latency_seconds_bucket", (("le", le), ("tool", "refund_request")))]
+
+    assert [bucket(le) for le in ("1.0", "2.0", "900.0", "3600.0")] == [1, 1, 1, 2]
+    assert samples[("agentfast_decision_latency_seconds_sum", (("tool", "refund_request"),))] == 3601.0
+
+
 def test_it_lets_another_module_add_or_replace_a_figure(carol, settings, monkeypatch):
     settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
     monkeypatch.setattr(metrics, "_collectors", dict(metrics._collectors))
