@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -54,6 +55,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the run's var/ folder (with pytest-xdist, the controller's, which holds the workers')."""
     if not hasattr(config, "workerinput") and settings.configured:
         shutil.rmtree(settings.VAR_DIR, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _end_sessions_left_open(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Before the test database is dropped, end the sessions of processes the tests killed.
+
+    PostgreSQL notices a killed daphne's or worker's closed socket a moment later; a DROP
+    DATABASE in that moment failed ("being accessed by other users") and left it behind.
+    """
+    yield
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 @pytest.fixture(scope="session")
