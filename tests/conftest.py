@@ -58,11 +58,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _end_sessions_left_open(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+def _end_sessions_left_open(
+    redis_server: RedisControl, django_db_setup: None, django_db_blocker: Any
+) -> Iterator[None]:
     """Before the test database is dropped, end the sessions of processes the tests killed.
 
     PostgreSQL notices a killed daphne's or worker's closed socket a moment later; a DROP
     DATABASE in that moment failed ("being accessed by other users") and left it behind.
+    `redis_server` first: it is torn down last, and removes the var folder that holds SQLite's
+    test database, which must still be there when the database is torn down.
     """
     yield
     if connection.vendor != "postgresql":
