@@ -22,7 +22,7 @@ and tests/agents/test_sql_chain.py run them on both.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -422,6 +422,24 @@ class JsonArrayHasAny(Func):
         return sql, (*params, *self.strings)
 
 
+def _seconds_between(
+    vendor: str, start: tuple[str, Sequence[Any]], end: tuple[str, Sequence[Any]]
+) -> tuple[str, list[Any]]:
+    """Return the SQL (and its params) of the seconds from one timestamp expression to another, as a float."""
+    (start_sql, start_params), (end_sql, end_params) = start, end
+    if vendor == "postgresql":
+        # date_part, not EXTRACT: EXTRACT returns numeric (PostgreSQL 14+), 2.5 times the CPU per row.
+        return f"date_part('epoch', {end_sql} - {start_sql})", [*end_params, *start_params]
+    # SQLite keeps "YYYY-MM-DD HH:MM:SS[.ffffff]" text: whole seconds from strftime, then the
+    # fractions from the text after them, so a wait at a bucket's bound stays exact (julianday's
+    # floats were some microseconds off).
+    sql = (
+        f"((strftime('%%s', {end_sql}) - strftime('%%s', {start_sql}))"
+        f" + (CAST(substr({end_sql}, 20) AS REAL) - CAST(substr({start_sql}, 20) AS REAL)))"
+    )
+    return sql, [*end_params, *start_params, *end_params, *start_params]
+
+
 class SecondsBetween(Func):
     """The seconds from one timestamp column to another, as a float (how long an approval waited).
 
@@ -434,21 +452,12 @@ class SecondsBetween(Func):
     def __init__(self, start: str, end: str) -> None:
         super().__init__(F(start), F(end))
 
-    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
-        (start, start_params), (end, end_params) = (compiler.compile(each) for each in self.source_expressions)
-        # date_part, not EXTRACT: EXTRACT returns numeric (PostgreSQL 14+), 2.5 times the CPU per row.
-        return f"date_part('epoch', {end} - {start})", [*end_params, *start_params]
+    def as_sql(self, compiler: Any, connection: Any, *args: Any, **extra: Any) -> tuple[str, tuple[Any, ...]]:
+        start, end = (compiler.compile(each) for each in self.source_expressions)
+        sql, params = _seconds_between(connection.vendor, start, end)
+        return sql, tuple(params)
 
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, tuple[Any, ...]]:
-        # SQLite keeps "YYYY-MM-DD HH:MM:SS[.ffffff]" text: whole seconds from strftime, then the
-        # fractions from the text after them, so a wait at a bucket's bound stays exact (julianday's
-        # floats were some microseconds off).
-        (start, start_params), (end, end_params) = (compiler.compile(each) for each in self.source_expressions)
-        sql = (
-            f"((strftime('%%s', {end}) - strftime('%%s', {start}))"
-            f" + (CAST(substr({end}, 20) AS REAL) - CAST(substr({start}, 20) AS REAL)))"
-        )
-        return sql, (*end_params, *start_params, *end_params, *start_params)
+    as_sqlite = as_sql  # not SQLiteNumericMixin's, which would wrap it in a cast for decimals
 
 
 def approvals_open_by_period(*, start: datetime, seconds: float) -> dict[int, tuple[int, int]]:
@@ -460,11 +469,10 @@ def approvals_open_by_period(*, start: datetime, seconds: float) -> dict[int, tu
     period instead of two times per approval. Period -1 holds everything up to `start` (its
     net change is the number open then); a period in which nothing happened has no row.
     """
-    if connection.vendor == "postgresql":
-        period = "FLOOR(EXTRACT(EPOCH FROM (at - %s)) / %s)::integer"
-    else:  # SQLite keeps text times, which julianday reads as days
-        period = "CAST((julianday(at) - julianday(%s)) * 86400.0 / %s AS INTEGER)"
     when = db_time(start)
+    since, since_params = _seconds_between(connection.vendor, ("%s", [when]), ("at", []))
+    # The period's number: FLOOR on PostgreSQL, whose cast rounds; SQLite's cast truncates (at > start).
+    period = f"FLOOR({since} / %s)::integer" if connection.vendor == "postgresql" else f"CAST({since} / %s AS INTEGER)"
     sql = f"""
         SELECT period, MAX(open_now), SUM(change) FROM (
             SELECT CASE WHEN at <= %s THEN -1 ELSE {period} END AS period, change,
@@ -478,7 +486,7 @@ def approvals_open_by_period(*, start: datetime, seconds: float) -> dict[int, tu
         GROUP BY period
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, [when, when, seconds, when, when])
+        cursor.execute(sql, [when, *since_params, seconds, when, when])
         return {period: (peak, net) for period, peak, net in cursor.fetchall()}
 
 
