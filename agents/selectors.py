@@ -427,15 +427,16 @@ def run_filter_choices() -> tuple[list[str], list[str]]:
 DecisionTally = tuple[str, str, str, str, bool, int, int]
 
 
-def _decided_since(since: datetime) -> QuerySet[Approval]:
-    """Approvals decided by a person or the system (not expired nor cancelled) since then."""
+def _decided() -> QuerySet[Approval]:
+    """Approvals decided by a person or the system (not expired nor cancelled), in no order."""
     return Approval.objects.filter(
-        status__in=(Approval.Status.APPROVED, Approval.Status.REJECTED), decided_at__gte=since
+        status__in=(Approval.Status.APPROVED, Approval.Status.REJECTED), decided_at__isnull=False
     ).order_by()
 
 
-# Who decided, as the figures count people: a rule, a grant or a deadline ("policy:…", "grant:…") is nobody.
-_PERSON = Case(When(Q(decided_by="") | Q(decided_by__contains=":"), then=Value("")), default=F("decided_by"))
+# Decided by a person: a rule, a grant or a deadline ("policy:…", "grant:…") is nobody.
+_BY_PERSON = ~Q(decided_by="") & ~Q(decided_by__contains=":")
+_PERSON = Case(When(_BY_PERSON, then=F("decided_by")), default=Value(""))
 
 
 def decision_tallies(*, since: datetime, quick_seconds: float) -> list[DecisionTally]:
@@ -448,7 +449,8 @@ def decision_tallies(*, since: datetime, quick_seconds: float) -> list[DecisionT
     edited = ExpressionWrapper(Q(arguments__isnull=False), output_field=BooleanField())
     quick = Count("id", filter=Q(waited__lt=quick_seconds))
     tallies = (
-        _decided_since(since)
+        _decided()
+        .filter(decided_at__gte=since)
         .annotate(person=_PERSON, edited=edited, waited=sql.SecondsBetween("created_at", "decided_at"))
         .values_list("tool", "run__agent", "person", "status", "edited")
         .annotate(count=Count("id"), quick=quick)
@@ -462,9 +464,8 @@ def decision_waits(*, since: datetime) -> Iterator[tuple[str, date, float]]:
     A clock set back between asking and deciding counts as no wait.
     """
     waits = (
-        _decided_since(since)
-        .exclude(decided_by="")
-        .exclude(decided_by__contains=":")
+        _decided()
+        .filter(_BY_PERSON, decided_at__gte=since)
         .annotate(day=TruncDate("decided_at"), waited=Greatest(sql.SecondsBetween("created_at", "decided_at"), 0.0))
         .values_list("tool", "day", "waited")
     )
@@ -512,10 +513,7 @@ def decision_latency_histogram(bounds: Sequence[float]) -> list[DecisionLatencie
     waited = sql.SecondsBetween("created_at", "decided_at")
     within = {f"within_{index}": Count("pk", filter=Q(waited__lte=bound)) for index, bound in enumerate(bounds)}
     rows = (
-        Approval.objects.filter(
-            status__in=(Approval.Status.APPROVED, Approval.Status.REJECTED), decided_at__isnull=False
-        )
-        .order_by()
+        _decided()
         .annotate(waited=waited)
         .values("tool")
         .annotate(
