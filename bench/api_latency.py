@@ -17,12 +17,14 @@ agent "bench" pauses on send_email (suspend); an approval runs it once.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import signal
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -202,13 +204,21 @@ def decisions_per_second(
     run_ids = [measure.paused_run() for _ in range(decisions)]
     approval_ids = [_approval_id(run_id) for run_id in run_ids]
     local = threading.local()
+    address = urllib.parse.urlsplit(url)
+    # The standard library's client, one keep-alive connection per client thread: on this
+    # machine it spends 0.5 ms of CPU per request where httpx spent 1.9 ms, on the cores the
+    # web process needs.
+    body = json.dumps({"decision": "approved"}).encode()
+    request_headers = {**headers, "Content-Type": "application/json"}
 
     def decide(approval_id: str) -> tuple[int, float]:
-        if not hasattr(local, "client"):
-            local.client = httpx.Client(base_url=url, headers=headers, timeout=60)
+        if not hasattr(local, "connection"):
+            local.connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=60)
         t = time.perf_counter()
-        status = local.client.post(f"/api/approvals/{approval_id}/decide", json={"decision": "approved"}).status_code
-        return status, measure.ms(time.perf_counter() - t)
+        local.connection.request("POST", f"/api/approvals/{approval_id}/decide", body, request_headers)
+        answer = local.connection.getresponse()
+        answer.read()
+        return answer.status, measure.ms(time.perf_counter() - t)
 
     measure.progress(f"deciding {decisions} approvals from {clients} HTTP clients")
     load = os.getloadavg()[0]
@@ -366,6 +376,10 @@ def render(results: dict[str, Any]) -> str:
         f"  landed {sustained['decided']}/{n} decisions, {sustained['side_effects']} side effects:"
         f" lost {lost}, doubled {doubled}, HTTP errors {sustained['http_errors']}",
         f"  whole bench: {effects['approved']} approvals, {effects['side_effects']} side effects (exactly once each)",
+        (
+            "  target (issue 12, information): ≥ 200 decisions/s taken by one web process,"
+            " one request's p95 ≤ 50 ms, none lost or doubled"
+        ),
     ]
     return "\n".join(out)
 
