@@ -433,6 +433,19 @@ if _EXPLICIT_REDIS_URL:
 REDIS_IS_EMBEDDED = not _EXPLICIT_REDIS_URL
 REDIS_URL = _EXPLICIT_REDIS_URL or embedded_redis.url(embedded_redis.socket_path(VAR_DIR))
 
+# Django's cache is Redis, so what it counts (the Slack refusals audited once a minute an
+# address) holds for every web process, not each one apart; "local" is this process's memory,
+# for when Redis does not answer. Short timeouts: a request must not wait long on Redis.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "agentfast",
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+    },
+    "local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+}
+
 # Redis pub/sub: a group send is one PUBLISH. Nothing is queued for a viewer who is away;
 # viewers catch up from RunEvent rows (SSE replay, the inbox's re-sync).
 CHANNEL_LAYERS = {

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
+from django.core.cache import caches
 from django.db import connection
 
 from agents import services
@@ -104,14 +105,6 @@ def chat() -> Iterator[Receiver]:
 
 
 @pytest.fixture(autouse=True)
-def _empty_cache() -> None:
-    """Every test starts with an empty Django cache (the process's memory): no limit an earlier test reached."""
-    from django.core.cache import cache
-
-    cache.clear()
-
-
-@pytest.fixture(autouse=True)
 def _redis(redis_server: RedisControl) -> RedisControl:
     """Every test gets a running, empty Redis (a test that stopped it gets it back).
 
@@ -121,7 +114,8 @@ def _redis(redis_server: RedisControl) -> RedisControl:
     """
     if not processes.is_up(redis_server.sock):
         redis_server.start()
-    redis_server.flush()
+    redis_server.flush()  # Django's cache too: no limit an earlier test reached
+    caches["local"].clear()
     return redis_server
 
 

@@ -11,10 +11,11 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.cache import cache
+from django.core.cache import cache, caches
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
+from redis.exceptions import RedisError
 
 from agents import services, text
 from agents.models import Approval, AuditEntry
@@ -62,7 +63,7 @@ def actions(request: HttpRequest) -> HttpResponse:
 
 def _audit_refused(origin: str, address: str, reason: str) -> None:
     """Audit a refused request, unless one from the same address was audited within REFUSED_AUDIT_SECONDS."""
-    if not cache.add(f"agentfast:slack-refused:{address}", True, REFUSED_AUDIT_SECONDS):
+    if not _first_refusal(address):
         logger.warning("refused a Slack request from %s (audited once a minute an address): %s", address, reason)
         return
     notify_services.audit_refused_request(
@@ -70,6 +71,18 @@ def _audit_refused(origin: str, address: str, reason: str) -> None:
         action="slack_action",
         reason=reason,
     )
+
+
+def _first_refusal(address: str) -> bool:
+    """Return whether no refusal from this address was audited within REFUSED_AUDIT_SECONDS, and count this one.
+
+    In Redis, shared by every web process; while Redis does not answer, in this process's memory.
+    """
+    key = f"slack-refused:{address}"
+    try:
+        return cache.add(key, True, REFUSED_AUDIT_SECONDS)
+    except RedisError:
+        return caches["local"].add(key, True, REFUSED_AUDIT_SECONDS)
 
 
 def _verify(request: HttpRequest) -> None:

@@ -10,6 +10,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+import redis
+from django.conf import settings
+from django.core.cache import caches
 from django.http import HttpResponse
 from django.test import Client
 
@@ -156,6 +159,38 @@ def test_it_audits_a_stream_of_forged_requests_once_a_minute_and_refuses_them_al
     ]
 
     assert [answer.status_code for answer in answers] == [403] * 5
+    assert AuditEntry.objects.filter(outcome="not_permitted", source="slack").count() == 1
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+def test_it_keeps_the_once_a_minute_count_in_redis_for_every_web_process(
+    approval, slack, django_capture_on_commit_callbacks
+):
+    # Counted in one process's memory, each web process would audit its own refusal a minute.
+    body = _body(approval.id, "approved", "UALICE1", slack.url)
+    assert _post(body, _signed(body, secret="not the secret"), django_capture_on_commit_callbacks).status_code == 403
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        [key] = client.keys("*slack-refused:127.0.0.1")
+        assert 0 < client.ttl(key) <= 60
+    finally:
+        client.close()
+    caches["local"].clear()  # another process: its memory knows nothing of the refusal
+    assert _post(body, _signed(body, secret="not the secret"), django_capture_on_commit_callbacks).status_code == 403
+    assert AuditEntry.objects.filter(outcome="not_permitted", source="slack").count() == 1
+
+
+def test_it_still_refuses_and_audits_once_a_minute_while_redis_is_away(
+    approval, slack, django_capture_on_commit_callbacks, _redis
+):
+    _redis.stop()
+    body = _body(approval.id, "approved", "UALICE1", slack.url)
+    answers = [
+        _post(body, _signed(body, secret="not the secret"), django_capture_on_commit_callbacks) for _ in range(3)
+    ]
+
+    assert [answer.status_code for answer in answers] == [403] * 3
     assert AuditEntry.objects.filter(outcome="not_permitted", source="slack").count() == 1
     assert Approval.objects.get(pk=approval.pk).status == "pending"
 
