@@ -7,7 +7,6 @@ tested on known tallies, and the selectors on known rows.
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,11 +41,6 @@ class Tally:
     quick: int = 0  # of them, decided within RUBBER_STAMP_SECONDS of being asked
 
 
-# How long a person took to decide a call, and the day they did (in the viewer's time zone):
-# (tool, day, seconds). A plain tuple as the database returns it: a window holds 100,000.
-Wait = tuple[str, date, float]
-
-
 @dataclass
 class Rates:
     approved: int = 0
@@ -70,12 +64,6 @@ class Summary:
     suggestions: list[tuple[str, int]] = field(default_factory=list)  # tool, approvals (all approved as asked)
 
 
-def percentile(values: Sequence[float], share: float) -> float:
-    """Return the nearest-rank percentile: the smallest value with at least `share` of the values at or below it."""
-    ordered = sorted(values)
-    return ordered[max(math.ceil(share * len(ordered)) - 1, 0)]
-
-
 def read_tallies(since: datetime) -> list[Tally]:
     """Return the window's decisions as tallies; an approval with edited arguments is an edit."""
     return [
@@ -86,21 +74,21 @@ def read_tallies(since: datetime) -> list[Tally]:
     ]
 
 
-def summarize(tallies: Iterable[Tally], waits: Iterable[Wait]) -> Summary:
-    """Compute every figure of the page from the window's tallies and the waits of its people's decisions."""
+def summarize(tallies: Iterable[Tally], latencies: Iterable[selectors.WaitPercentiles]) -> Summary:
+    """Compute every figure of the page from the window's tallies and how long its people took to decide."""
     tallies = list(tallies)
     people = [tally for tally in tallies if tally.reviewer]  # automatic decisions take no time and stamp nothing
     summary = Summary(decisions=sum(tally.count for tally in tallies))
     summary.by_tool = _rates(tallies, lambda tally: tally.tool)
     summary.by_agent = _rates(tallies, lambda tally: tally.agent)
     summary.by_reviewer = _rates(people, lambda tally: tally.reviewer)
-    by_tool: dict[str, list[Wait]] = defaultdict(list)
-    for wait in waits:
-        by_tool[wait[0]].append(wait)
-    for tool, decided in sorted(by_tool.items()):
-        seconds = [wait[2] for wait in decided]
-        summary.latency_by_tool[tool] = (percentile(seconds, 0.5), percentile(seconds, 0.95))
-        summary.latency_series[tool] = _daily_latency(decided)
+    # The whole window's row (day None) sorts first among its tool's.
+    for tool, day, p50, p95 in sorted(latencies, key=lambda row: (row[0], row[1] is not None, row[1])):
+        if day is None:
+            summary.latency_by_tool[tool] = (p50, p95)
+            summary.latency_series[tool] = []
+        else:
+            summary.latency_series[tool].append((day, p50, p95))
     stamped: Counter[str] = Counter()
     for tally in people:
         if tally.outcome == "approved" and tally.quick:
@@ -120,13 +108,6 @@ def _rates(tallies: Iterable[Tally], key: Callable[[Tally], str]) -> dict[str, R
         bucket = rates[key(tally)]
         setattr(bucket, tally.outcome, getattr(bucket, tally.outcome) + tally.count)
     return dict(sorted(rates.items(), key=lambda item: (-item[1].total, item[0])))
-
-
-def _daily_latency(waits: Iterable[Wait]) -> list[tuple[date, float, float]]:
-    days: dict[date, list[float]] = defaultdict(list)
-    for _, day, seconds in waits:
-        days[day].append(seconds)
-    return [(day, percentile(values, 0.5), percentile(values, 0.95)) for day, values in sorted(days.items())]
 
 
 def queue_depth(
@@ -301,7 +282,7 @@ def insights_page(request: HttpRequest) -> HttpResponse:
     days = _window(request)
     now = timezone.now()
     since = now - timedelta(days=days)
-    summary = summarize(read_tallies(since), selectors.decision_waits(since=since))
+    summary = summarize(read_tallies(since), selectors.decision_wait_percentiles(since=since))
     periods = selectors.approvals_open_by_period(start=since, seconds=(now - since).total_seconds() / DEPTH_POINTS)
     depth = queue_depth(periods, start=since, end=now)
     context = {

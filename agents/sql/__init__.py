@@ -481,6 +481,21 @@ def seconds_histogram(rows: QuerySet[Any], bounds: Sequence[float]) -> list[tupl
         return [(tool, count, float(total), tuple(within)) for tool, count, total, *within in cursor.fetchall()]
 
 
+def nearest_rank_percentiles(waits: QuerySet[Any], shares: tuple[float, float]) -> list[tuple[str, Any, float, float]]:
+    """PostgreSQL: two nearest-rank percentiles (percentile_disc) of `waits` rows (tool, day, seconds).
+
+    A row per tool (day None) and per tool and day, from one grouped statement.
+    """
+    inner, params = waits.query.sql_with_params()
+    sql = f"""
+        SELECT w.tool, w.day, percentile_disc(CAST(%s AS double precision[])) WITHIN GROUP (ORDER BY w.waited)
+        FROM ({inner}) w
+        GROUP BY GROUPING SETS ((w.tool), (w.tool, w.day))"""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [list(shares), *params])
+        return [(tool, day, low, high) for tool, day, (low, high) in cursor.fetchall()]
+
+
 def approvals_open_by_period(*, start: datetime, seconds: float) -> dict[int, tuple[int, int]]:
     """Return, for each period of `seconds` from `start`, the most approvals open at once in it and its net change.
 

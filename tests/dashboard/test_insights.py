@@ -10,8 +10,9 @@ from django.utils import timezone
 
 from agents import selectors
 from agents.models import Approval
+from agents.selectors import percentile
 from dashboard import insights
-from dashboard.insights import Tally, percentile, queue_depth, summarize
+from dashboard.insights import Tally, queue_depth, summarize
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, start
 
@@ -64,7 +65,7 @@ def test_it_reads_latency_rates_and_rubber_stamps_from_known_decisions(db):
     asked(now - timedelta(seconds=5))  # still waiting
 
     since = now - timedelta(days=30)
-    summary = summarize(insights.read_tallies(since), selectors.decision_waits(since=since))
+    summary = summarize(insights.read_tallies(since), selectors.decision_wait_percentiles(since=since))
 
     assert summary.decisions == 8
 
@@ -87,6 +88,29 @@ def test_it_reads_latency_rates_and_rubber_stamps_from_known_decisions(db):
     assert set(summary.by_reviewer) == {"alice", "bob"}
     assert summary.rubber_stamped == {"alice": 1, "bob": 1}
     assert summary.suggestions == []
+
+
+def test_it_takes_the_same_percentiles_on_every_database_where_the_rank_is_a_whole_number(db):
+    # 0.95 x 20 is 19 in floating point, as 0.5 x 20 is 10: the 19th and 10th waits, not the next.
+    now = timezone.now()
+    yesterday = now - timedelta(days=1)
+    for seconds in range(1, 21):
+        decided(float(seconds), at=now if seconds % 3 else yesterday)
+
+    found = selectors.decision_wait_percentiles(since=now - timedelta(days=30))
+
+    today = [float(s) for s in range(1, 21) if s % 3]
+    before = [float(s) for s in range(1, 21) if not s % 3]
+    assert (len(today), len(before)) == (14, 6)
+    expected = [
+        ("refund_request", None, 10.0, 19.0),
+        ("refund_request", timezone.localdate(yesterday), before[2], before[5]),
+        ("refund_request", timezone.localdate(now), today[6], today[13]),
+    ]
+    ordered = sorted(found, key=lambda row: (row[1] is not None, row[1]))
+    assert [
+        (tool, day, pytest.approx(p50, abs=1e-6), pytest.approx(p95, abs=1e-6)) for tool, day, p50, p95 in ordered
+    ] == expected
 
 
 def test_it_suggests_a_rule_for_a_tool_always_approved_as_asked():
