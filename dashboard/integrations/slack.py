@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import time
 from typing import Any
@@ -32,7 +33,8 @@ logger = logging.getLogger(__name__)
 WINDOW_SECONDS = 5 * 60  # Slack's advice: refuse a request signed longer ago than this
 # Anyone can POST here, and a refused request names nobody: audited each time, a stream of them
 # would fill the audit and take the audit chain's lock, which every decision waits on, once each.
-# The first refusal from an address in this many seconds is audited; the others are logged.
+# The first refusal from a sender (an address; for IPv6, its /64) in this many seconds is
+# audited; the others are logged.
 REFUSED_AUDIT_SECONDS = 60
 
 
@@ -62,9 +64,9 @@ def actions(request: HttpRequest) -> HttpResponse:
 
 
 def _audit_refused(origin: str, address: str, reason: str) -> None:
-    """Audit a refused request, unless one from the same address was audited within REFUSED_AUDIT_SECONDS."""
+    """Audit a refused request, unless one from the same sender was audited within REFUSED_AUDIT_SECONDS."""
     if not _first_refusal(address):
-        logger.warning("refused a Slack request from %s (audited once a minute an address): %s", address, reason)
+        logger.warning("refused a Slack request from %s (audited once a minute a sender): %s", address, reason)
         return
     notify_services.audit_refused_request(
         attempt=services.Attempt(actor="(slack, unverified)", source=AuditEntry.Source.SLACK, origin=origin),
@@ -74,15 +76,32 @@ def _audit_refused(origin: str, address: str, reason: str) -> None:
 
 
 def _first_refusal(address: str) -> bool:
-    """Return whether no refusal from this address was audited within REFUSED_AUDIT_SECONDS, and count this one.
+    """Return whether no refusal from this sender was audited within REFUSED_AUDIT_SECONDS, and count this one.
 
     In Redis, shared by every web process; while Redis does not answer, in this process's memory.
     """
-    key = f"slack-refused:{address}"
+    key = f"slack-refused:{_sender(address)}"
     try:
         return cache.add(key, True, REFUSED_AUDIT_SECONDS)
     except RedisError:
         return caches["local"].add(key, True, REFUSED_AUDIT_SECONDS)
+
+
+def _sender(address: str) -> str:
+    """Return who sent from this address, as far as a limit can tell: an IPv6 address's /64.
+
+    One host is commonly given a whole /64 and may send from any address in it: counted
+    apart, each would have its refusal audited every minute.
+    """
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:  # ::ffff:a.b.c.d is the IPv4 host a.b.c.d
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 def _verify(request: HttpRequest) -> None:

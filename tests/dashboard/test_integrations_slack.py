@@ -195,6 +195,21 @@ def test_it_still_refuses_and_audits_once_a_minute_while_redis_is_away(
     assert Approval.objects.get(pk=approval.pk).status == "pending"
 
 
+def test_it_counts_the_addresses_of_one_ipv6_network_as_one_sender(approval, slack, django_capture_on_commit_callbacks):
+    # A host given a /64 could otherwise have a refusal audited every minute from each address in it.
+    body = _body(approval.id, "approved", "UALICE1", slack.url)
+
+    def forged_from(address: str) -> int:
+        headers = {**_signed(body, secret="not the secret"), "REMOTE_ADDR": address}
+        return _post(body, headers, django_capture_on_commit_callbacks).status_code
+
+    statuses = [forged_from(address) for address in ("2001:db8:0:1::1", "2001:db8:0:1::ffff:2", "2001:db8:0:2::1")]
+
+    assert statuses == [403] * 3
+    refused = AuditEntry.objects.filter(outcome="not_permitted", source="slack").order_by("id")
+    assert [entry.origin for entry in refused] == ["slack 2001:db8:0:1::1", "slack 2001:db8:0:2::1"]
+
+
 def test_it_refuses_a_slack_user_linked_to_nobody(approval, slack, django_capture_on_commit_callbacks):
     body = _body(approval.id, "approved", "USTRANGER", slack.url)
     answer = _post(body, _signed(body), django_capture_on_commit_callbacks)
