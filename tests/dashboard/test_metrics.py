@@ -25,6 +25,20 @@ def scrape(token: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return samples
 
 
+def decided_after(seconds: float, decision: str) -> None:
+    """Decide a new refund as alice, made to have waited `seconds` (negative: decided "before" it was asked)."""
+    approval = pending(start(REFUND))[0]
+    decide(approval, decision, by="alice")
+    decided_at = Approval.objects.get(pk=approval.pk).decided_at
+    Approval.objects.filter(pk=approval.pk).update(created_at=decided_at - timedelta(seconds=seconds))
+
+
+def buckets(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], *bounds: str) -> list[float]:
+    """Return the refund_request latency histogram's cumulative counts at these bounds."""
+    name = "agentfast_decision_latency_seconds_bucket"
+    return [samples[(name, (("le", le), ("tool", "refund_request")))] for le in bounds]
+
+
 def test_it_refuses_a_scrape_without_an_admins_token_or_the_metrics_token(alice, carol, settings):
     settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
     _, reviewer_token = services.token_create(username="alice")
@@ -59,21 +73,13 @@ def test_it_serves_pending_runs_and_decision_latency_from_the_rows(carol, settin
 def test_the_latency_histogram_counts_each_bucket_and_sums_the_seconds(carol, settings):
     settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
     waits = [0.5, 4.0, 7200.0, -3.0]  # the last decided "before" it was asked: clocks apart, counted as 0
-    approvals = []
     for index, wait in enumerate(waits):
-        approval = pending(start(REFUND))[0]
-        decide(approval, "approved" if index % 2 == 0 else "rejected", by="alice")
-        decided_at = Approval.objects.get(pk=approval.pk).decided_at
-        Approval.objects.filter(pk=approval.pk).update(created_at=decided_at - timedelta(seconds=wait))
-        approvals.append(approval)
+        decided_after(wait, "approved" if index % 2 == 0 else "rejected")
     pending(start(REFUND))  # still waiting: not in the histogram
 
     samples = scrape("s3cret-scrape")
 
-    def bucket(le: str) -> float:
-        return samples[("agentfast_decision_latency_seconds_bucket", (("le", le), ("tool", "refund_request")))]
-
-    assert [bucket(le) for le in ("1.0", "2.0", "5.0", "3600.0", "14400.0", "+Inf")] == [2, 2, 3, 3, 4, 4]
+    assert buckets(samples, "1.0", "2.0", "5.0", "3600.0", "14400.0", "+Inf") == [2, 2, 3, 3, 4, 4]
     assert samples[("agentfast_decision_latency_seconds_count", (("tool", "refund_request"),))] == 4
     assert samples[("agentfast_decision_latency_seconds_sum", (("tool", "refund_request"),))] == 7204.5
 
@@ -81,17 +87,11 @@ def test_the_latency_histogram_counts_each_bucket_and_sums_the_seconds(carol, se
 def test_the_latency_histogram_counts_a_wait_at_a_bound_within_it(carol, settings):
     settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
     for wait in (1.0, 3600.0):
-        approval = pending(start(REFUND))[0]
-        decide(approval, "approved", by="alice")
-        decided_at = Approval.objects.get(pk=approval.pk).decided_at
-        Approval.objects.filter(pk=approval.pk).update(created_at=decided_at - timedelta(seconds=wait))
+        decided_after(wait, "approved")
 
     samples = scrape("s3cret-scrape")
 
-    def bucket(le: str) -> float:
-        return samples[("agentfast_decision_latency_seconds_bucket", (("le", le), ("tool", "refund_request")))]
-
-    assert [bucket(le) for le in ("1.0", "2.0", "900.0", "3600.0")] == [1, 1, 1, 2]
+    assert buckets(samples, "1.0", "2.0", "900.0", "3600.0") == [1, 1, 1, 2]
     assert samples[("agentfast_decision_latency_seconds_sum", (("tool", "refund_request"),))] == 3601.0
 
 
