@@ -138,7 +138,7 @@ def client_address(request: HttpRequest) -> str:
         return address[:_ORIGIN_CHARS]
     hops = request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
     for hop in reversed([hop.strip() for hop in hops if hop.strip()]):
-        if _ip(hop) is None:
+        if ip_of(hop) is None:
             break
         address = hop
         if not _is_trusted_proxy(hop):
@@ -146,7 +146,8 @@ def client_address(request: HttpRequest) -> str:
     return address[:_ORIGIN_CHARS]
 
 
-def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def ip_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """Return the IP address the text is, or None."""
     try:
         return ipaddress.ip_address(text)
     except ValueError:
@@ -154,7 +155,7 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 def _is_trusted_proxy(text: str) -> bool:
-    address = _ip(text)
+    address = ip_of(text)
     if address is None:
         return False
     networks = (ipaddress.ip_network(each, strict=False) for each in settings.AGENTFAST_TRUSTED_PROXIES)

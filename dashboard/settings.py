@@ -433,8 +433,8 @@ if _EXPLICIT_REDIS_URL:
 REDIS_IS_EMBEDDED = not _EXPLICIT_REDIS_URL
 REDIS_URL = _EXPLICIT_REDIS_URL or embedded_redis.url(embedded_redis.socket_path(VAR_DIR))
 
-# Django's cache is Redis, so what it counts (the Slack refusals audited once a minute an
-# address) holds for every web process, not each one apart; "local" is this process's memory,
+# Django's cache is Redis, so what it counts (the Slack refusals audited once a minute a
+# sender) holds for every web process, not each one apart; "local" is this process's memory,
 # for when Redis does not answer. Short timeouts: a request must not wait long on Redis.
 CACHES = {
     "default": {

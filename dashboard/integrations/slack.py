@@ -25,7 +25,7 @@ from agents.notify.models import Delivery, SlackLink
 from agents.notify.tasks import deliver
 from agents.services import notify as notify_services
 from agents.services.notify import Target
-from dashboard.auth import client_address, is_reviewer
+from dashboard.auth import client_address, ip_of, is_reviewer
 from dashboard.integrations.outcome import outcome_line
 
 logger = logging.getLogger(__name__)
@@ -93,9 +93,8 @@ def _sender(address: str) -> str:
     One host is commonly given a whole /64 and may send from any address in it: counted
     apart, each would have its refusal audited every minute.
     """
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
+    ip = ip_of(address)
+    if ip is None:
         return address
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:  # ::ffff:a.b.c.d is the IPv4 host a.b.c.d
