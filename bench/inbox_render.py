@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, scale: Any) -> dict[str, dict[str, Any]]:
     from agents import services
     from bench import measure
-    from dashboard import views
+    from dashboard.web import inbox
 
     scale.progress(f"building {args.pending:,} paused runs with a pending approval each")
     template = measure.paused_run()
@@ -64,11 +64,11 @@ def _run(args: argparse.Namespace, scale: Any) -> dict[str, dict[str, Any]]:
     }
     results = {label: scale._time_page(client, url, args.repeat) for label, url in pages.items()}
     # Every card on one page: what the cards themselves cost to render.
-    size, views.INBOX_PAGE_SIZE = views.INBOX_PAGE_SIZE, args.pending
+    size, inbox.INBOX_PAGE_SIZE = inbox.INBOX_PAGE_SIZE, args.pending
     try:
         results[f"inbox, all {args.pending:,} cards on one page"] = scale._time_page(client, "/", args.repeat)
     finally:
-        views.INBOX_PAGE_SIZE = size
+        inbox.INBOX_PAGE_SIZE = size
     return results
 
 

@@ -420,7 +420,7 @@ def _pages(long_run: str) -> dict[str, tuple[str, str]]:
 def _deep_cursor() -> str:
     """Return the cursor a client paging the pending approvals by `next_cursor` holds after DEEP rows."""
     from agents.models import Approval
-    from dashboard.api_pages import cursor_for
+    from dashboard.api.pages import cursor_for
 
     pending = Approval.objects.filter(status=Approval.Status.PENDING).order_by("-created_at", "-id")
     return cursor_for("approvals", pending[DEEP - 1])

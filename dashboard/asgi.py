@@ -22,8 +22,8 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from dashboard.limits import BodyLimit, EndFailedResponses, SharedStreamThread, guard_daphne  # noqa: E402
+from dashboard.live.routing import websocket_urlpatterns  # noqa: E402
 from dashboard.origin import SameOriginValidator  # noqa: E402
-from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

@@ -37,8 +37,8 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.db import connection
 
-from dashboard import wire
 from dashboard.auth import UNKNOWN_TOKEN
+from dashboard.live import wire
 
 logger = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class SharedStreamThread:
             return await self.application(scope, receive, send)
         # Django's own (inner) ThreadSensitiveContext reuses this one.
         async with ThreadSensitiveContext(executor=_STREAM_EXECUTOR):
-            wire.stream_send.set(send)  # this request's task and those it starts see it (dashboard.wire)
+            wire.stream_send.set(send)  # this request's task and those it starts see it (dashboard.live.wire)
             await self.application(scope, receive, send)
 
 

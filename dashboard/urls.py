@@ -6,8 +6,7 @@ from django.urls import include, path
 urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
-    path("api/", include("dashboard.api_urls")),
-    path("playground/", include("dashboard.playground_urls")),
+    path("api/", include("dashboard.api.urls")),
     path("", include("dashboard.integrations.urls")),
-    path("", include("dashboard.web_urls")),
+    path("", include("dashboard.web.urls")),
 ]

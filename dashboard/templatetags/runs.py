@@ -54,6 +54,6 @@ def short_id(value: str) -> str:
 @register.filter
 def agent_name(run: Run) -> str:
     """Return the agent's name as people read it (a composed agent's saved name, or its tools and model)."""
-    from dashboard.playground import agent_label
+    from dashboard.web.playground import agent_label
 
     return agent_label(run.agent, run.agent_config)

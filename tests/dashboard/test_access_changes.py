@@ -17,7 +17,7 @@ from django.utils import timezone
 from agents import cli, events, services
 from agents.services import tokens
 from agents.services.errors import InvalidInput
-from dashboard import consumers
+from dashboard.live import consumers
 from tests.dashboard.test_consumers import open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -236,7 +236,7 @@ def test_it_counts_a_list_no_further_than_its_cap_past_the_offset(
     flows.start("Refund order A1002 for 16.00 USD")
     assert page_counts(api.get("/api/approvals").json()) == (3, False, False, 3)
     assert page_counts(api.get("/api/approvals", limit=2).json()) == (3, False, True, 2)
-    monkeypatch.setattr("dashboard.api_pages.COUNT_CAP", 1)
+    monkeypatch.setattr("dashboard.api.pages.COUNT_CAP", 1)
     assert page_counts(api.get("/api/approvals", limit=1).json()) == (1, True, True, 1)  # "1+"
     assert page_counts(api.get("/api/approvals", limit=1, offset=1).json()) == (2, True, True, 1)
     assert page_counts(api.get("/api/approvals", limit=1, offset=2).json()) == (3, False, False, 1)

@@ -93,5 +93,5 @@ def test_it_survives_generated_requests_within_its_schema(openapi_31: None, wsgi
             failures += [f"{event.verbose_name}: {error.title}: {error.exception}" for error in event.result.errors]
         elif isinstance(event, events.InternalError):
             pytest.fail(f"schemathesis could not run: {event.title}: {event.message}")
-    assert operations == 13  # 9 (extend among them), and the gate's 4 (dashboard/api_gateway.py)
+    assert operations == 13  # 9 (extend among them), and the gate's 4 (dashboard/api/gateway.py)
     assert not failures, "\n".join(failures[:20])

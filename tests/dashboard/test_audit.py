@@ -264,9 +264,9 @@ def test_it_pages_the_audit_without_counting_it(client_for, carol, history, monk
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard import views
+    from dashboard.web import audit as audit_pages
 
-    monkeypatch.setattr(views, "AUDIT_PAGE_SIZE", 2)
+    monkeypatch.setattr(audit_pages, "AUDIT_PAGE_SIZE", 2)
     client = client_for(carol)
 
     with CaptureQueriesContext(connection) as queries:

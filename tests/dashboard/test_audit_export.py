@@ -14,7 +14,7 @@ from django.db import OperationalError, connection
 
 from agents import selectors, services
 from agents.models import AuditEntry
-from dashboard import audit_export
+from dashboard.web import audit_export
 from tests.support.flows import EXPORT_READS_COMMITTED
 
 ODD_TEXTS = [

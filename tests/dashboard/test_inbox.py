@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from agents.models import Approval
-from dashboard import views
+from dashboard.web import inbox
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, start
 
@@ -62,7 +62,7 @@ def test_it_filters_by_agent_and_tool(client_for, alice):
 
 
 def test_it_paginates(client_for, alice, monkeypatch):
-    monkeypatch.setattr(views, "INBOX_PAGE_SIZE", 2)
+    monkeypatch.setattr(inbox, "INBOX_PAGE_SIZE", 2)
     ids = [pending(start(REFUND))[0].id for _ in range(3)]
     client = client_for(alice)
 
@@ -75,7 +75,7 @@ def test_it_paginates(client_for, alice, monkeypatch):
 
 
 def test_it_shows_a_later_page_in_order_whichever_way_it_is_sorted(client_for, alice, monkeypatch):
-    monkeypatch.setattr(views, "INBOX_PAGE_SIZE", 2)
+    monkeypatch.setattr(inbox, "INBOX_PAGE_SIZE", 2)
     ids = [pending(start(REFUND))[0].id for _ in range(5)]
     client = client_for(alice)
 
@@ -154,8 +154,8 @@ def test_it_asks_for_an_answer_on_a_questions_card(client_for, alice):
 def test_it_counts_no_further_than_its_cap_and_pages_on_without_a_total(client_for, alice, monkeypatch):
     from agents import selectors
 
-    monkeypatch.setattr(views, "INBOX_COUNT_CAP", 2)
-    monkeypatch.setattr(views, "INBOX_PAGE_SIZE", 2)
+    monkeypatch.setattr(inbox, "INBOX_COUNT_CAP", 2)
+    monkeypatch.setattr(inbox, "INBOX_PAGE_SIZE", 2)
     ids = [pending(start(REFUND))[0].id for _ in range(3)]
     client = client_for(alice)
 

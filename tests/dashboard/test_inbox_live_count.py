@@ -6,7 +6,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from agents import services
-from dashboard import consumers, views
+from dashboard.live import consumers
+from dashboard.web import inbox as inbox_pages
 from tests.dashboard.conftest import REFUND
 from tests.dashboard.test_consumers import EMAIL, connect, in_thread
 from tests.dashboard.test_inbox_for_me import inbox
@@ -24,7 +25,7 @@ def count_of(pushed: str) -> str:
 @pytest.fixture
 def cap_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(consumers, "INBOX_COUNT_CAP", 1)
-    monkeypatch.setattr(views, "INBOX_COUNT_CAP", 1)
+    monkeypatch.setattr(inbox_pages, "INBOX_COUNT_CAP", 1)
 
 
 async def test_it_counts_no_further_than_the_cap(cap_of_one, alice):

@@ -11,8 +11,8 @@ from django.utils import timezone
 from agents import selectors
 from agents.models import Approval
 from agents.selectors import percentile
-from dashboard import insights
-from dashboard.insights import Tally, queue_depth, summarize
+from dashboard.web import insights
+from dashboard.web.insights import Tally, queue_depth, summarize
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, start
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import NoReverseMatch, reverse
 
-from dashboard import links
+from dashboard.web import links
 
 VALUES = [
     "appr_run_01M8XEH1N5WTPVJ9QV03A2A8X1_call_1_1",

@@ -143,7 +143,7 @@ def test_it_names_the_inbox_pages_by_the_order_they_are_in(
     # Oldest first (the default), the next page holds the newer calls: "Older →" sent a
     # hurried reviewer looking for older calls the wrong way.
     flows.start("Refund order A1002 for 15.00 USD")
-    monkeypatch.setattr("dashboard.views.INBOX_PAGE_SIZE", 1)
+    monkeypatch.setattr("dashboard.web.inbox.INBOX_PAGE_SIZE", 1)
     client = client_for(alice)
     first = client.get("/", {"show": "all", "order": order}).content.decode()
     second = client.get("/", {"show": "all", "order": order, "page": "2"}).content.decode()
@@ -205,7 +205,7 @@ def test_it_shows_the_inbox_card_after_the_last_one_seen_when_one_before_it_was_
     # Oldest first, a page of one: A on page 1; A is decided; "Newer →" skipped B for C.
     later = [flows.start(f"Refund order A100{n} for 1{n}.00 USD") for n in (2, 3)]
     first, second, third = (flows.pending(run)[0] for run in (paused, *later))
-    monkeypatch.setattr("dashboard.views.INBOX_PAGE_SIZE", 1)
+    monkeypatch.setattr("dashboard.web.inbox.INBOX_PAGE_SIZE", 1)
     client = client_for(alice)
     page_one = client.get("/", {"show": "all"}).content.decode()
     assert first.id in page_one
@@ -221,7 +221,7 @@ def test_it_shows_the_audit_entries_after_the_last_one_seen_when_newer_ones_were
     later = [flows.start(f"Refund order A100{n} for 1{n}.00 USD") for n in (2, 3)]
     for run in (paused, *later):
         flows.decide(flows.pending(run)[0], "rejected", note=f"no {run.id}")
-    monkeypatch.setattr("dashboard.views.AUDIT_PAGE_SIZE", 1)
+    monkeypatch.setattr("dashboard.web.audit.AUDIT_PAGE_SIZE", 1)
     client = client_for(carol)
     page_one = client.get("/audit").content.decode()
     assert f"no {later[1].id}" in page_one
@@ -234,7 +234,7 @@ def test_it_shows_the_runs_after_the_last_one_seen_when_newer_ones_started(
     client_for: Callable[[User], Client], alice: User, paused: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     later = [flows.start(f"Refund order A100{n} for 1{n}.00 USD") for n in (2, 3)]
-    monkeypatch.setattr("dashboard.views.RUNS_PAGE_SIZE", 1)
+    monkeypatch.setattr("dashboard.web.runs.RUNS_PAGE_SIZE", 1)
     client = client_for(alice)
     page_one = client.get("/runs").content.decode()
     assert later[1].id in page_one

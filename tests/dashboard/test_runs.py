@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from agents import services
 from agents.models import AuditEntry, Run
-from dashboard import playground
+from dashboard.web import playground
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, resume, start
 
@@ -240,9 +240,9 @@ def test_it_pages_runs_without_counting_them(client_for, alice, monkeypatch):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from dashboard import views
+    from dashboard.web import runs as run_pages
 
-    monkeypatch.setattr(views, "RUNS_PAGE_SIZE", 2)
+    monkeypatch.setattr(run_pages, "RUNS_PAGE_SIZE", 2)
     oldest, middle, newest = start("hello"), start(REFUND), start("hello")
     client = client_for(alice)
 
@@ -264,9 +264,9 @@ def test_it_shows_the_first_page_for_a_page_past_the_end(client_for, alice):
 
 
 def test_it_shows_a_long_runs_latest_events_and_every_one_when_asked(client_for, alice, monkeypatch):
-    from dashboard import views
+    from dashboard.web import runs as run_pages
 
-    monkeypatch.setattr(views, "TIMELINE_EVENTS", 3)
+    monkeypatch.setattr(run_pages, "TIMELINE_EVENTS", 3)
     run = start(REFUND)
     pending(run)
     client = client_for(alice)

@@ -18,8 +18,8 @@ from django.test import Client
 
 from agents import events, runtime, services
 from agents.models import RunEvent
-from dashboard import hub, sse
-from dashboard.hub import Shared, Watch
+from dashboard.live import hub, sse
+from dashboard.live.hub import Shared, Watch
 from tests.support import flows
 
 REFUND = "Refund order A1001 for 25.00 USD"

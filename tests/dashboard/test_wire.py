@@ -14,9 +14,9 @@ from twisted.internet.testing import StringTransport
 from twisted.web import http
 
 from agents import selectors
-from dashboard import hub
+from dashboard.live import hub
+from dashboard.live.wire import StreamWire
 from dashboard.middleware import StaticFilesMiddleware
-from dashboard.wire import StreamWire
 
 
 def _response(version: bytes = b"HTTP/1.1") -> tuple[http.Request, StringTransport]:

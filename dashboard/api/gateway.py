@@ -19,11 +19,11 @@ from agents import events
 from agents.gateway import services as gateway
 from agents.gateway.selectors import GATE_PERMISSION, ExternalCall, external_call_get
 from agents.models import Approval
-from dashboard import sse
-from dashboard.api_auth import Forbidden, Unauthenticated, signed_in
-from dashboard.api_schemas import ErrorOut, Id, JsonObject
+from dashboard.api.auth import Forbidden, Unauthenticated, signed_in
+from dashboard.api.schemas import ErrorOut, Id, JsonObject
 from dashboard.auth import UNKNOWN_TOKEN, is_reviewer
-from dashboard.hub import Watch, read
+from dashboard.live import sse
+from dashboard.live.hub import Watch, read
 
 MAX_WAIT_SECONDS = 60
 RECHECK_SECONDS = 1.0  # a missed push (a restarted channel layer) costs at most this much

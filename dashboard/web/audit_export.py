@@ -25,7 +25,7 @@ from django.db.models import QuerySet
 
 from agents import selectors, text
 from agents.models import AuditEntry
-from dashboard import hub
+from dashboard.live import hub
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ table, and an idle stream re-reads the table whenever it sends a heartbeat.
 
 `id` is the run's event seq; `delta` frames (streamed tokens) have none, being live only.
 The approval feed spans runs, so its ids are RunEvent primary keys instead. Its streams,
-thousands per process, share one subscription (dashboard.hub): each event's frame is
+thousands per process, share one subscription (dashboard.live.hub): each event's frame is
 encoded once, with the pk its message carries, and each stream only writes the bytes.
 """
 
@@ -36,10 +36,10 @@ from agents import events, runtime, selectors, text
 from agents.models import Run, RunEvent
 from agents.runtime.driver import DriveResult
 from agents.services import tokens
-from dashboard.api_auth import ApiError
+from dashboard.api.auth import ApiError
 from dashboard.auth import is_reviewer, session_holds
-from dashboard.hub import Shared, Watch, read
-from dashboard.wire import StreamWire, stream_send
+from dashboard.live.hub import Shared, Watch, read
+from dashboard.live.wire import StreamWire, stream_send
 
 T = TypeVar("T")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from dashboard import consumers
+from dashboard.live import consumers
 
 websocket_urlpatterns = [
     path("ws/inbox/", consumers.InboxConsumer.as_asgi()),

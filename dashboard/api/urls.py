@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django.http.response import HttpResponseBase
 from django.urls import URLPattern, URLResolver, path, re_path
 
-from dashboard.api import api, not_found
+from dashboard.api.endpoints import api, not_found
 
 READ_METHODS = ("GET", "HEAD")
 

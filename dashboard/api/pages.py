@@ -23,7 +23,7 @@ from ninja import Field, Schema
 from ninja.pagination import LimitOffsetPagination, paginate
 
 from agents import schemas, selectors
-from dashboard.api_auth import ApiError
+from dashboard.api.auth import ApiError
 
 _View = TypeVar("_View", bound=Callable[..., Any])
 

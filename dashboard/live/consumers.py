@@ -22,6 +22,7 @@ from asgiref.sync import async_to_sync
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
+from dashboard.web.inbox import INBOX_COUNT_CAP, describe_cards, pending_count_context
 from django.conf import settings
 from django.db.models import QuerySet
 from django.http import QueryDict
@@ -30,11 +31,10 @@ from django.template.loader import render_to_string
 from agents import events, selectors, services, text
 from agents.models import Approval, RunEvent
 from agents.services import eligibility
-from dashboard import wire
 from dashboard.auth import is_reviewer, session_holds
-from dashboard.forms import InboxFilter
-from dashboard.hub import Hub, Shared
-from dashboard.views import INBOX_COUNT_CAP, describe_cards, pending_count_context
+from dashboard.live import wire
+from dashboard.live.hub import Hub, Shared
+from dashboard.web.forms import InboxFilter
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class InboxConsumer(AsyncWebsocketConsumer):
 
     Thousands of inboxes may be open on one process, so a push costs each of them no
     table read and no thread: every inbox of the process is fed by one subscription
-    (dashboard.hub), what an event shows is worked out once (`_InboxPush`), per reviewer
+    (dashboard.live.hub), what an event shows is worked out once (`_InboxPush`), per reviewer
     where it depends on who looks, and each socket only picks its variant and sends it.
     """
 

@@ -31,11 +31,10 @@ from ninja.types import DictStrAny
 from agents import schemas, selectors, services, text
 from agents.models import Approval, AuditEntry, Run
 from agents.services import Attempt
-from dashboard import sse
-from dashboard.api_auth import ApiError, Forbidden, Unauthenticated, error_response, reviewers
-from dashboard.api_gateway import REPORT
-from dashboard.api_pages import MAX_OFFSET, paged
-from dashboard.api_schemas import (
+from dashboard.api.auth import ApiError, Forbidden, Unauthenticated, error_response, reviewers
+from dashboard.api.gateway import REPORT
+from dashboard.api.pages import MAX_OFFSET, paged
+from dashboard.api.schemas import (
     ApprovalStatus,
     ConflictOut,
     DecideIn,
@@ -48,6 +47,7 @@ from dashboard.api_schemas import (
     RunStatus,
 )
 from dashboard.auth import ON_BEHALF, attempt_from, is_reviewer
+from dashboard.live import sse
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ api = _Api(
     parser=_UniqueKeysParser(),
 )
 
-api.add_router("/", "dashboard.api_gateway.router")  # the external-agent gate: POST /api/gate and its approvals
+api.add_router("/", "dashboard.api.gateway.router")  # the external-agent gate: POST /api/gate and its approvals
 
 _AUTH_ERRORS: dict[int, Any] = {401: ErrorOut, 403: ErrorOut}
 _READ_ERRORS: dict[int, Any] = {**_AUTH_ERRORS, 400: ErrorOut, 404: ErrorOut}
