@@ -480,7 +480,7 @@ def _validated(
             return None
         if decision != Approval.Status.APPROVED:
             raise InvalidInput("edited arguments only go with an approval", field="arguments")
-        return _validated_edit(approval.tool, arguments)
+        return _validated_edit(approval, arguments)
     except InvalidInput as exc:
         detail = {"error": exc.message, "arguments": arguments}  # with what the refused request carried
         raise _Refused(AuditEntry.Outcome.INVALID_ARGUMENTS, detail, exc) from None
@@ -515,11 +515,16 @@ def _check_answer(approval: Approval, payload: dict[str, Any] | None) -> None:
         raise InvalidInput(f"{approval.tool} asked a question: the answer is empty", field="payload.answer")
 
 
-def _validated_edit(tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Validate a reviewer's edit strictly: no coercion (true is not 1, "1500" is not 1500)."""
-    tool = registry.get(tool_name)
+def _validated_edit(approval: Approval, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Validate a reviewer's edit strictly: no coercion (true is not 1, "1500" is not 1500).
+
+    An external agent's own tool has no schema here: its edit is the JSON object the claim hands out.
+    """
+    tool = registry.get(approval.tool)
+    if tool is None and approval.run.kind == Run.Kind.EXTERNAL:
+        return arguments
     if tool is None:
-        raise InvalidInput(f"tool {tool_name!r} is no longer registered", field="arguments")
+        raise InvalidInput(f"tool {approval.tool!r} is no longer registered", field="arguments")
     try:
         validated = tool.validate(arguments, strict=True)
         tool.check_arguments(validated)

@@ -261,6 +261,26 @@ def test_it_keeps_a_reported_result_pythons_json_reader_cannot_hold(
     assert json.dumps(kept).count(stored) == 1
 
 
+def test_it_hands_out_a_reviewers_edit_of_an_external_tool_nobody_registers(
+    policy: Path, robot: Api, reviewer: Api, alice: User
+) -> None:
+    approval_id = robot.post("/api/gate", _gate_body("edit", cents=2000)).json()["approval_id"]
+    page = Client()
+    page.force_login(alice)
+    assert "approving it will fail" not in page.get(f"/approvals/{approval_id}").content.decode()
+    denied = reviewer.post(
+        f"/api/approvals/{approval_id}/decide", {"decision": "approved", "arguments": {"cents": 200_000}}
+    )
+    assert (denied.status_code, denied.json()["field"]) == (403, "arguments")  # the policy still judges the edit
+    decided = reviewer.post(
+        f"/api/approvals/{approval_id}/decide", {"decision": "approved", "arguments": {"cents": 1500}}
+    )
+    assert decided.status_code == 200, decided.json()
+    assert robot.get(f"/api/approvals/{approval_id}/wait", timeout=0).json()["edited"] is True
+    claim = robot.post(f"/api/approvals/{approval_id}/claim").json()
+    assert (claim["claimed"], claim["arguments"]) == (True, {"cents": 1500})
+
+
 def test_it_hides_another_agents_calls(policy: Path, robot: Api) -> None:
     approval_id = robot.post("/api/gate", _gate_body()).json()["approval_id"]
     services.user_create(username="spy", role="agent")
