@@ -186,7 +186,8 @@ class Gateway:
                 return _error(f"approval {approval_id} is {claim.state}: another call runs it (or ran it unreported)")
             return _stored(claim.result)
         try:
-            result = await self.upstream.call_tool(tool.name, claim.arguments or arguments)
+            to_run = arguments if claim.arguments is None else claim.arguments  # an edit to {} is an edit
+            result = await self.upstream.call_tool(tool.name, to_run)
         except McpError as exc:
             if exc.error.code in UNANSWERED:  # left claimed: the sweeper marks it in doubt, never to run again
                 return _error(

@@ -140,6 +140,22 @@ async def test_it_forwards_an_approved_destructive_call_once(ledger: Path) -> No
     assert approval.run.agent == "notes" and approval.tool_call.name == "mcp.notes.delete_note"
 
 
+async def test_it_forwards_a_reviewers_edit_that_empties_the_arguments(ledger: Path) -> None:
+    async with proxy(ledger) as session, anyio.create_task_group() as tasks:
+        results: list[types.CallToolResult] = []
+
+        async def call() -> None:
+            results.append(await session.call_tool("delete_note", {"name": "old"}))
+
+        tasks.start_soon(call)
+        approval_id = await _await_pending()
+        await _decide(approval_id, "approved", "--args", "{}")
+
+    # The server refuses a call without a name: the proposal ("old") is never what runs.
+    assert results[0].isError
+    assert _ran(ledger) == []
+
+
 async def test_it_returns_the_reviewers_note_when_rejected(ledger: Path) -> None:
     async with proxy(ledger) as session, anyio.create_task_group() as tasks:
         results: list[types.CallToolResult] = []

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from agentfast_client import AsyncGate, Denied, Gate, Rejected, StillPending
-from agentfast_client._core import _after_wait
+from agentfast_client._core import _after_claim, _after_wait
 
 from agents import services
 from agents.models import ToolCall
@@ -138,3 +138,11 @@ def test_it_raises_denied_for_a_wait_that_ends_in_a_refusal_nobody_made(server: 
     with pytest.raises(Denied) as waited:
         _after_wait(state)  # what require() makes of a wait's answer
     assert waited.value.reason == denied.value.reason
+
+
+def test_it_runs_a_reviewers_edit_that_empties_the_arguments_not_the_proposal() -> None:
+    claim = {"claimed": True, "state": "running", "arguments": {}, "idempotency_key": "k", "result": None}
+    permit = _after_claim("appr_1", claim, {"to": "everyone"})
+    assert permit.arguments == {}
+    unedited = _after_claim("appr_1", {**claim, "arguments": None}, {"to": "everyone"})  # an older server's answer
+    assert unedited.arguments == {"to": "everyone"}

@@ -169,7 +169,9 @@ def _after_wait(state: dict[str, Any]) -> bool:
 
 def _after_claim(approval_id: str, claim: dict[str, Any], arguments: dict[str, Any]) -> Permit:
     if claim["claimed"]:
-        return Permit(approval_id, True, claim.get("arguments") or arguments, claim["idempotency_key"])
+        # A reviewer's edit may empty the arguments ({}): that is what runs, not the proposal.
+        approved = claim.get("arguments")
+        return Permit(approval_id, True, arguments if approved is None else approved, claim["idempotency_key"])
     outcome = claim.get("result")
     if outcome is None:
         raise AlreadyClaimed(approval_id, claim["state"])
