@@ -104,6 +104,29 @@ def test_it_raises_denied_and_still_pending_and_runs_unlisted_tools_at_once(serv
     assert not again.claimed and again.result == {"ok": True, "result": "order A-1"}
 
 
+def test_it_calls_a_guarded_function_as_it_was_called_starred_and_positional_only_arguments_too(
+    server: Server,
+) -> None:
+    gate = Gate(server.url, server.agent_token, agent="billing", session="thread-10")
+    calls: list[tuple[Any, ...]] = []
+
+    @gate.guard(tool="send_note")  # unlisted: allowed at once
+    def send_note(channel: str, /, to: str, *cc: str, urgent: bool = False, **headers: str) -> str:
+        calls.append((channel, to, cc, urgent, headers))
+        return "sent"
+
+    assert send_note("mail", "bob", "carol", "dan", urgent=True, topic="refund") == "sent"
+    assert calls == [("mail", "bob", ("carol", "dan"), True, {"topic": "refund"})]
+    [gated] = ToolCall.objects.filter(name="send_note").values_list("arguments", flat=True)
+    assert gated == {
+        "channel": "mail",
+        "to": "bob",
+        "cc": ["carol", "dan"],
+        "urgent": True,
+        "headers": {"topic": "refund"},
+    }
+
+
 def test_it_reports_a_result_json_cannot_carry_as_it_is_and_keeps_it(server: Server) -> None:
     gate = Gate(server.url, server.agent_token, agent="billing", session="thread-5")
     ran: list[str] = []

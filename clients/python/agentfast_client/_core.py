@@ -242,9 +242,42 @@ def _report_kept_from_caller(approval_id: str) -> Iterator[None]:
 
 
 def _bound(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Return a call's arguments by parameter name: `*args` as a list, `**kwargs` as an object under their names."""
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)
+
+
+def _unbound(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Return fn taking the arguments _bound gave (a reviewer may have edited them) as keywords.
+
+    `fn(**arguments)` would pass `*args` and `**kwargs` as two keywords named after them, and a
+    positional-only parameter as a keyword, which Python refuses.
+    """
+    parameters = inspect.signature(fn).parameters.values()
+    starred = any(parameter.kind is parameter.VAR_POSITIONAL for parameter in parameters)
+
+    def call(**arguments: Any) -> Any:
+        positional: list[Any] = []
+        keywords, gap = dict(arguments), False
+        for parameter in parameters:
+            kind = parameter.kind
+            if parameter.name not in keywords:
+                gap = gap or kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+                continue
+            if kind is parameter.VAR_POSITIONAL:
+                if gap and keywords[parameter.name]:  # a parameter before them was removed: they would shift
+                    raise TypeError(f"{fn.__name__}() got *{parameter.name} without every argument before it")
+                positional.extend(keywords.pop(parameter.name))
+            elif kind is parameter.VAR_KEYWORD:
+                keywords.update(keywords.pop(parameter.name))
+            elif not gap and (
+                kind is parameter.POSITIONAL_ONLY or (starred and kind is parameter.POSITIONAL_OR_KEYWORD)
+            ):
+                positional.append(keywords.pop(parameter.name))  # before *args, a keyword would clash with it
+        return fn(*positional, **keywords)
+
+    return call
 
 
 class _Base:
@@ -366,7 +399,7 @@ class Gate(_Base):
                 arguments = _bound(fn, args, kwargs)
                 desc = description or (fn.__doc__ or "").strip()
                 permit = self.require(name, arguments, session=session, call_id=call_id, description=desc)
-                return self.run(permit, fn)
+                return self.run(permit, _unbound(fn))
 
             return guarded  # type: ignore[return-value]
 
@@ -464,7 +497,7 @@ class AsyncGate(_Base):
                 arguments = _bound(fn, args, kwargs)
                 desc = description or (fn.__doc__ or "").strip()
                 permit = await self.require(name, arguments, session=session, call_id=call_id, description=desc)
-                return await self.run(permit, fn)
+                return await self.run(permit, _unbound(fn))
 
             return guarded  # type: ignore[return-value]
 
