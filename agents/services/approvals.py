@@ -579,7 +579,8 @@ def _refuse_or_repeat(
     """
     approval = Approval.objects.get(pk=approval_id)
     unsaid = words.new_to(approval)
-    same = approval.status == decision and (arguments is None or arguments == approval.arguments)
+    # Arguments equal to those that stand (the proposal, or the edit that ran) are no edit: a retry, not a change.
+    same = approval.status == decision and (arguments is None or arguments_digest(arguments) == approval.digest)
     if same and not unsaid:
         _audit(approval, attempt, action=decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail=words.detail())
         return Decision(approval=approval, outcome=AuditEntry.Outcome.IDEMPOTENT)

@@ -105,6 +105,17 @@ def test_it_keeps_a_repeat_that_says_nothing_new_idempotent(db, alice: User, not
     assert decide(approval, "rejected", by="alice", note=note, auto_resume=False).outcome == "idempotent"
 
 
+def test_it_keeps_a_retried_approval_that_sends_the_proposed_arguments_idempotent(db, alice: User):
+    # A script (or a form) that always sends the arguments it showed: the same request again.
+    [approval] = pending(start(SMALL_ORDER))
+    proposed = dict(approval.tool_call.arguments)
+    decide(approval, "approved", by="alice", arguments=proposed, auto_resume=False)
+
+    assert decide(approval, "approved", by="alice", arguments=proposed, auto_resume=False).outcome == "idempotent"
+    with pytest.raises(services.AlreadyDecided):
+        decide(approval, "approved", by="alice", arguments=_edit(approval, 1500), auto_resume=False)
+
+
 def test_it_refuses_a_second_answer_to_a_question_already_answered(db, alice: User):
     [approval] = pending(start("Ask a human whether to expedite order A1003"))
     decide(approval, "approved", by="alice", payload={"answer": "yes"}, auto_resume=False)
