@@ -344,11 +344,13 @@ def resume_refusal(run: Run, attempt: Attempt) -> str | None:
     """Return why `attempt` may not resume the run (None: it may): its creator drives it, with auto_resume off.
 
     Only they or an admin may. A run that records no creator (started by code, not by a
-    person) is anyone's to resume.
+    person) is anyone's to resume. An external agent's session is never resumed here, so a
+    resume takes it from nobody (run_request_resume says why it has none).
     """
     user = attempt.user
     if (
         run.auto_resume
+        or run.kind == Run.Kind.EXTERNAL
         or run.created_by in ("", attempt.actor)
         or (user is not None and user.has_perm(eligibility.ADMIN))
     ):

@@ -281,6 +281,18 @@ def test_it_hands_out_a_reviewers_edit_of_an_external_tool_nobody_registers(
     assert (claim["claimed"], claim["arguments"]) == (True, {"cents": 1500})
 
 
+def test_it_decides_an_external_call_with_auto_resume_and_refuses_its_resume_as_the_wrong_state(
+    policy: Path, robot: Api, reviewer: Api
+) -> None:
+    # Nobody drives an external session in agentfast, so nobody takes it from its agent: no 403.
+    approval_id = robot.post("/api/gate", _gate_body("resume", cents=2000)).json()["approval_id"]
+    decided = reviewer.post(f"/api/approvals/{approval_id}/decide", {"decision": "approved", "auto_resume": True})
+    assert (decided.status_code, decided.json()["resume_enqueued"]) == (200, False)
+    resumed = reviewer.post(f"/api/runs/{decided.json()['run_id']}/resume")
+    assert (resumed.status_code, resumed.json()["error_code"]) == (422, "wrong_state")
+    assert "external agent's session" in resumed.json()["message"]
+
+
 def test_it_hides_another_agents_calls(policy: Path, robot: Api) -> None:
     approval_id = robot.post("/api/gate", _gate_body()).json()["approval_id"]
     services.user_create(username="spy", role="agent")
