@@ -7,7 +7,7 @@ import re
 import time
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_SAFE_CALL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SAFE_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # fullmatch: a `$` lets "call_1\n" through
 
 
 def ulid() -> str:
@@ -31,4 +31,4 @@ def approval_id(run_id: str, call_id: str) -> str:
 
 def is_safe_call_id(call_id: str) -> bool:
     """Return whether a model-proposed call id can go into an approval id and a URL."""
-    return bool(_SAFE_CALL_ID.match(call_id))
+    return _SAFE_CALL_ID.fullmatch(call_id) is not None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from agents import services, text
 from agents.models import Approval, Message, Run, SideEffect, ToolCall
@@ -208,6 +209,19 @@ def test_it_gives_a_call_a_fresh_id_when_the_one_it_would_make_was_proposed(db, 
     assert calls == {"call_2_2": {"order_id": "A1001"}, "call_2_2_2": {"order_id": "A1002"}}
     told = {m["tool_call_id"]: m["content"]["result"]["order_id"] for m in tool_messages(model.requests[1])}
     assert told == {"call_2_2": "A1001", "call_2_2_2": "A1002"}
+
+
+def test_it_gives_a_call_whose_id_ends_in_a_newline_an_id_the_api_can_name(db, model: FakeOpenAI, alice) -> None:  # noqa: ANN001
+    model.script(_calls_then_answer(("call_nl\n", "refund_request", '{"order_id": "A1001", "amount_cents": 2500}')))
+    run_id = _start()
+
+    assert drive(run_id, stream=False).status == "suspended"
+
+    [approval] = Approval.objects.filter(run_id=run_id)
+    assert approval.tool_call.call_id == "call_2_1"
+    client = Client()
+    client.force_login(alice)
+    assert client.get(f"/api/approvals/{approval.id}").status_code == 200
 
 
 def test_it_refuses_a_call_with_a_very_long_name_and_unreadable_arguments(db, model: FakeOpenAI) -> None:  # noqa: ANN001
