@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import threading
+import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.utils import timezone
 
 from agents import cli, services
 from agents.gateway import services as gateway
 from agents.gateway.ids import approval_id as external_approval_id
 from agents.gateway.selectors import external_call_get
 from agents.models import Approval, AuditEntry, Run, RunEvent, ToolCall
+from agents.services.deadlines import approval_deadline_fire
 from agents.sweeper import sweep
 from tests.support.flows import decide
 
@@ -254,3 +258,26 @@ def test_it_gives_exactly_one_of_32_concurrent_claims(policy: None, robot: str) 
     for thread in threads:
         thread.join()
     assert sorted(claimed) == [False] * 31 + [True]
+
+
+def test_it_holds_a_scheduled_external_call_until_its_time_and_lets_one_due_run_at_once(
+    agent_config: Any, robot: str
+) -> None:
+    agent_config(
+        """
+tool_overrides:
+  wire_money:
+    rules:
+      - {name: later, when: "args.cents > 10", action: schedule, at: "now + duration('200ms')"}
+      - {name: due, when: "args.cents <= 10", action: schedule, at: "now - duration('1h')"}
+"""
+    )
+    assert _gate(robot, "due", cents=5).decision == "allowed"
+    later = _gate(robot, "later", cents=2000)
+    approval = Approval.objects.get(pk=later.approval_id)
+    assert (later.decision, approval.on_timeout) == ("pending", Approval.OnTimeout.RUN)
+    assert approval.expires_at is not None and approval.expires_at <= timezone.now() + timedelta(seconds=1)
+    time.sleep(max(0.0, (approval.expires_at - timezone.now()).total_seconds()) + 0.01)
+
+    assert approval_deadline_fire(approval_id=approval.id) == "run"
+    assert gateway.external_call_claim(owner=robot, approval_id=later.approval_id).claimed
