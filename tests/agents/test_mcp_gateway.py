@@ -192,6 +192,22 @@ async def test_it_answers_pending_then_the_identical_retry_picks_up_the_decision
     assert await sync_to_async(Approval.objects.count)() == 1
 
 
+async def test_it_picks_up_a_call_a_schedule_rule_holds_on_the_identical_retry(
+    ledger: Path, agent_config: Callable[[str], Path]
+) -> None:
+    agent_config(
+        "mcp:\n  notes:\n    delete_note:\n      rules:\n"
+        "        - {name: later, action: schedule, at: \"now + duration('1h')\"}\n"
+    )
+    async with proxy(ledger, wait=0) as session:
+        first = await session.call_tool("delete_note", {"name": "draft"})
+        again = await session.call_tool("delete_note", {"name": "draft"})
+
+    [approval_id] = await _pending()  # one call held until its time, not one more per retry
+    assert first.isError and again.isError and approval_id in _text(again)
+    assert _ran(ledger) == []
+
+
 async def test_it_keeps_a_result_it_must_repair_and_answers_it_unchanged(ledger: Path) -> None:
     async with proxy(ledger) as session:
         dumped = await session.call_tool("dump_note", {"name": "todo"})
