@@ -140,18 +140,19 @@ class Gateway:
         """
         derived = "mcp_" + _digest(policy_tool, arguments, self.options.session)
         run = gateway_ids.run_id(owner=self.options.owner, agent=self.options.server, session=self.options.session)
+        now = timezone.now()
         facts = CallFacts(
             tool=policy_tool,
             args=arguments,
             agent=self.options.server,
             run={"id": run, "agent": self.options.server, "created_by": self.options.owner, "input": ""},
-            now=timezone.now(),
+            now=now,
             account=self.options.owner,
         )
         # With the grants: a call one allows is decided already, as by an allow rule.
         verdict = evaluate(gateway.policy_for(policy_tool, unlisted), facts, grant_lookup=grant_match)
         # A call held until a later time is picked up by the identical call again, as an asked one is.
-        held = verdict.action == "schedule" and verdict.run_at is not None and verdict.run_at > facts.now
+        held = verdict.action == "schedule" and verdict.run_at is not None and verdict.run_at > now
         return derived if verdict.action == "ask" or held else f"{derived}_{uuid.uuid4().hex[:12]}"
 
     def _account_ended(self) -> types.CallToolResult:
