@@ -66,6 +66,8 @@ class WaitOut(Schema):
     )
     decided_by: str = Field(description="A person, policy:<rule> or grant:<id>; empty while pending")
     note: str
+    feedback: str = Field(description="A rejecting reviewer's words for the agent to revise with; empty otherwise")
+    payload: JsonObject | None = Field(description="The reviewer's answer (a question's `answer`, or free JSON)")
     edited: bool = Field(description="A reviewer edited the arguments: claim returns the edited ones")
 
 
@@ -171,6 +173,8 @@ def _state(found: ExternalCall) -> dict[str, Any]:
     status, decided_by, note = (
         (approval.status, approval.decided_by, approval.note) if approval else ("approved", "", "")
     )
+    # Every word a reviewer gave goes back to the agent, as the model of a run reads them.
+    feedback, payload = (approval.feedback, approval.payload) if approval else ("", None)
     if found.allowed and found.stopped:  # as a claim (refused) and a gate say
         status, note = Approval.Status.EXPIRED, f"the run was {found.call.run.status}"
     edited = approval is not None and approval.arguments is not None
@@ -180,6 +184,8 @@ def _state(found: ExternalCall) -> dict[str, Any]:
         "decision": found.decision,
         "decided_by": decided_by,
         "note": note,
+        "feedback": feedback,
+        "payload": payload,
         "edited": edited,
     }
 

@@ -44,11 +44,11 @@ class Server:
             assert time.monotonic() < deadline, f"{approval_id} was never gated"
             time.sleep(0.05)
 
-    def decide(self, approval_id: str, decision: str, note: str = "") -> None:
-        """Decide as a reviewer, over the HTTP API."""
+    def decide(self, approval_id: str, decision: str, note: str = "", **words: Any) -> None:
+        """Decide as a reviewer, over the HTTP API; `words`: feedback, payload."""
         response = httpx.post(
             f"{self.url}/api/approvals/{approval_id}/decide",
-            json={"decision": decision, "note": note},
+            json={"decision": decision, "note": note, **words},
             headers={"Authorization": f"Bearer {self.reviewer_token}"},
         )
         assert response.status_code == 200, response.text

@@ -77,13 +77,28 @@ def test_it_raises_rejected_with_the_reviewers_note(server: Server) -> None:
     thread, outcome = _in_thread(lambda: asyncio.run(flow()))
     approval_id = server.approval_id(agent="billing", session="thread-2", call_id="c2")
     server.await_pending(approval_id)
-    server.decide(approval_id, "rejected", note="not this supplier")
+    server.decide(approval_id, "rejected", note="not this supplier", feedback="wire it to ACME instead")
     thread.join(timeout=60)
 
     assert isinstance(outcome["error"], Rejected)
-    assert outcome["error"].note == "not this supplier"
+    assert (outcome["error"].note, outcome["error"].feedback) == ("not this supplier", "wire it to ACME instead")
+    # What the framework adapters hand the model, to revise with.
+    assert str(outcome["error"]) == "rejected: not this supplier; the reviewer's feedback: wire it to ACME instead"
     assert (outcome["error"].decision, outcome["error"].status) == ("rejected", 0)  # status: HTTP's, as every GateError
     assert ran == []
+
+
+def test_it_hands_back_the_approving_reviewers_note_and_answer(server: Server) -> None:
+    gate = Gate(server.url, server.agent_token, agent="billing", session="thread-words")
+
+    thread, outcome = _in_thread(lambda: gate.require("wire_money", {"cents": 2500}, call_id="w1"))
+    approval_id = server.approval_id(agent="billing", session="thread-words", call_id="w1")
+    server.await_pending(approval_id)
+    server.decide(approval_id, "approved", note="once only", payload={"answer": "the EUR account"})
+    thread.join(timeout=60)
+
+    permit = outcome["value"]
+    assert (permit.claimed, permit.note, permit.payload) == (True, "once only", {"answer": "the EUR account"})
 
 
 def test_it_raises_denied_and_still_pending_and_runs_unlisted_tools_at_once(server: Server) -> None:

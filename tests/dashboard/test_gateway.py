@@ -310,9 +310,26 @@ def test_it_answers_pending_at_the_wait_timeout(policy: Path, robot: Api) -> Non
         "decision": "pending",
         "decided_by": "",
         "note": "",
+        "feedback": "",
+        "payload": None,
         "edited": False,
     }
     assert robot.get(f"/api/approvals/{approval_id}/wait", timeout=61).status_code == 400
+
+
+def test_it_hands_the_agent_every_word_a_reviewer_decided_with(policy: Path, robot: Api, reviewer: Api) -> None:
+    rejected_id = robot.post("/api/gate", _gate_body("no", cents=2000)).json()["approval_id"]
+    words = {"note": "not this supplier", "feedback": "wire it to ACME's second account"}
+    assert reviewer.post(f"/api/approvals/{rejected_id}/decide", {"decision": "rejected", **words}).status_code == 200
+    approved_id = robot.post("/api/gate", _gate_body("yes", cents=3000)).json()["approval_id"]
+    answer = {"decision": "approved", "note": "fine", "payload": {"answer": "use the EUR account"}}
+    assert reviewer.post(f"/api/approvals/{approved_id}/decide", answer).status_code == 200
+
+    rejected = robot.get(f"/api/approvals/{rejected_id}/wait", timeout=0).json()
+    approved = robot.get(f"/api/approvals/{approved_id}/wait", timeout=0).json()
+
+    assert (rejected["note"], rejected["feedback"], rejected["payload"]) == (*words.values(), None)
+    assert (approved["note"], approved["feedback"], approved["payload"]) == ("fine", "", answer["payload"])
 
 
 def test_it_documents_the_gate_in_openapi(client: Client) -> None:
@@ -372,6 +389,8 @@ def test_it_wakes_a_waiting_client_when_a_reviewer_decides(live: str, robot_toke
             "decision": "rejected",
             "decided_by": "alice",
             "note": "not this supplier",
+            "feedback": "",
+            "payload": None,
             "edited": False,
         }
     ]

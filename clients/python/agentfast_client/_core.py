@@ -49,14 +49,18 @@ class Denied(GateError):
 
 
 class Rejected(GateError):
-    """A reviewer rejected the call (or its deadline passed); `note` is the reviewer's.
+    """A reviewer rejected the call (or its deadline passed); `note` and `feedback` are the reviewer's.
 
-    `decision` is "rejected" or "expired"; `status` stays the HTTP status, as on every GateError.
+    `feedback` is what the reviewer asks the agent to change before it tries again (empty when
+    they gave none). `decision` is "rejected" or "expired"; `status` stays the HTTP status, as
+    on every GateError.
     """
 
-    def __init__(self, note: str, *, approval_id: str, decision: str = "rejected") -> None:
-        super().__init__(f"{decision}: {note}" if note else decision)
-        self.note, self.approval_id, self.decision = note, approval_id, decision
+    def __init__(self, note: str, *, approval_id: str, decision: str = "rejected", feedback: str = "") -> None:
+        # The message is what the adapters hand the model: the feedback is what it revises with.
+        said = f"{decision}: {note}" if note else decision
+        super().__init__(f"{said}; the reviewer's feedback: {feedback}" if feedback else said)
+        self.note, self.approval_id, self.decision, self.feedback = note, approval_id, decision, feedback
 
 
 class StillPending(GateError):
@@ -84,6 +88,8 @@ class Permit:
     arguments: dict[str, Any]
     idempotency_key: str
     result: Any = None  # the outcome stored by whoever ran it, when not claimed here
+    note: str = ""  # the approving reviewer's note, when a reviewer approved it
+    payload: dict[str, Any] | None = None  # the reviewer's answer (a question's `answer`), if they gave one
 
 
 def call_id_for(tool: str, arguments: dict[str, Any]) -> str:
@@ -163,19 +169,25 @@ def _after_wait(state: dict[str, Any]) -> bool:
     if decision == "denied":
         raise Denied(state.get("note", ""), approval_id=state["approval_id"])
     if decision in ("rejected", "expired"):
-        raise Rejected(state.get("note", ""), approval_id=state["approval_id"], decision=decision)
+        note, feedback = state.get("note", ""), state.get("feedback", "")
+        raise Rejected(note, approval_id=state["approval_id"], decision=decision, feedback=feedback)
     return state["status"] == "approved"
 
 
-def _after_claim(approval_id: str, claim: dict[str, Any], arguments: dict[str, Any]) -> Permit:
+def _after_claim(
+    approval_id: str, claim: dict[str, Any], arguments: dict[str, Any], decided: dict[str, Any] | None = None
+) -> Permit:
+    """Return the permit a claim gives; `decided`: the wait's answer that approved the call (its reviewer's words)."""
+    words = {"note": (decided or {}).get("note", ""), "payload": (decided or {}).get("payload")}
     if claim["claimed"]:
         # A reviewer's edit may empty the arguments ({}): that is what runs, not the proposal.
         approved = claim.get("arguments")
-        return Permit(approval_id, True, arguments if approved is None else approved, claim["idempotency_key"])
+        to_run = arguments if approved is None else approved
+        return Permit(approval_id, True, to_run, claim["idempotency_key"], **words)
     outcome = claim.get("result")
     if outcome is None:
         raise AlreadyClaimed(approval_id, claim["state"])
-    return Permit(approval_id, False, arguments, claim["idempotency_key"], result=outcome)
+    return Permit(approval_id, False, arguments, claim["idempotency_key"], result=outcome, **words)
 
 
 def _outcome(value: Any) -> Any:
@@ -363,12 +375,15 @@ class Gate(_Base):
         """Gate a call, wait for its decision, claim it: what to run, or Denied/Rejected/StillPending."""
         answer = self.gate(tool, args, session=session, call_id=call_id, description=description, metadata=metadata)
         approval_id = _after_gate(answer)
+        decided = None
         if approval_id is not None:
             deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-            while not _after_wait(self.wait(approval_id, timeout=max(0.0, deadline - time.monotonic()))):
+            decided = self.wait(approval_id, timeout=max(0.0, deadline - time.monotonic()))
+            while not _after_wait(decided):
                 if time.monotonic() >= deadline:
                     raise StillPending(approval_id)
-        return _after_claim(answer["approval_id"], self.claim(answer["approval_id"]), args)
+                decided = self.wait(approval_id, timeout=max(0.0, deadline - time.monotonic()))
+        return _after_claim(answer["approval_id"], self.claim(answer["approval_id"]), args, decided)
 
     def run(self, permit: Permit, fn: Callable[..., Any]) -> Any:
         """Run `fn(**arguments)` once for a claimed permit and report it (a lost report is logged); else the stored result."""
@@ -463,12 +478,15 @@ class AsyncGate(_Base):
             tool, args, session=session, call_id=call_id, description=description, metadata=metadata
         )
         approval_id = _after_gate(answer)
+        decided = None
         if approval_id is not None:
             deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-            while not _after_wait(await self.wait(approval_id, timeout=max(0.0, deadline - time.monotonic()))):
+            decided = await self.wait(approval_id, timeout=max(0.0, deadline - time.monotonic()))
+            while not _after_wait(decided):
                 if time.monotonic() >= deadline:
                     raise StillPending(approval_id)
-        return _after_claim(answer["approval_id"], await self.claim(answer["approval_id"]), args)
+                decided = await self.wait(approval_id, timeout=max(0.0, deadline - time.monotonic()))
+        return _after_claim(answer["approval_id"], await self.claim(answer["approval_id"]), args, decided)
 
     async def run(self, permit: Permit, fn: Callable[..., Awaitable[Any] | Any]) -> Any:
         """Run `fn(**arguments)` once for a claimed permit (awaited if a coroutine) and report it (a lost report is logged)."""
