@@ -72,6 +72,15 @@ def external_call_get(*, owner: str | None, approval_id: str) -> ExternalCall:
     return ExternalCall(approval_id=approval_id, call=call, approval=Approval.objects.filter(pk=approval_id).first())
 
 
+def external_run_get(*, owner: str, run_id: str) -> Run:
+    """Return the run of one of `owner`'s external sessions; any other run is reported as missing, as a call is."""
+    ok = text.problem(run_id) is None  # no run has such an id (and PostgreSQL refuses NUL)
+    run = Run.objects.filter(pk=run_id, kind=Run.Kind.EXTERNAL, created_by=owner).first() if ok else None
+    if run is None:
+        raise NotFound(f"no run {text.repair(run_id)[:APPROVAL_ID_CHARS]}")
+    return run
+
+
 def approval_state(approval_id: str) -> str:
     """Return the status of an approval ("allowed" when none was recorded: an unlisted tool)."""
     status = Approval.objects.filter(pk=approval_id).values_list("status", flat=True).first()

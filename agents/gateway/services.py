@@ -86,6 +86,7 @@ class GateAnswer:
     reason: str
     rule: str
     idempotency_key: str
+    run_id: str  # the session's run: its events stream at /api/runs/{run_id}/events
     repeated: bool = False
 
 
@@ -300,7 +301,7 @@ def _answer(owner: str, call: ToolCall) -> GateAnswer:
         reason = f"the run was {found.call.run.status}"
     else:
         reason = approval.note if approval is not None and decision != "pending" else ""
-    return GateAnswer(decision, found.approval_id, reason, rule, found.idempotency_key)
+    return GateAnswer(decision, found.approval_id, reason, rule, found.idempotency_key, found.call.run_id)
 
 
 def _approval_id_of(call: ToolCall) -> str:

@@ -1,7 +1,9 @@
 """Who calls the JSON API: a bearer token, or the browser's session with its CSRF token.
 
 Only reviewers and admins see or decide anything: an anonymous caller gets 401, a
-signed-in user who is neither gets 403, on every endpoint and on the SSE streams.
+signed-in user who is neither gets 403, on every endpoint and on the SSE streams. The one
+exception is the agent role's own: the gate (dashboard.api.gateway) and the event stream of
+its own external sessions' runs.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import logging
 from typing import Any, cast
 
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
 from django.core.exceptions import RequestDataTooBig
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -29,9 +30,10 @@ from ninja.parser import Parser
 from ninja.types import DictStrAny
 
 from agents import schemas, selectors, services, text
+from agents.gateway.selectors import GATE_PERMISSION, external_run_get
 from agents.models import Approval, AuditEntry, Run
 from agents.services import Attempt
-from dashboard.api.auth import ApiError, Forbidden, Unauthenticated, error_response, reviewers
+from dashboard.api.auth import ApiError, Forbidden, Unauthenticated, error_response, reviewers, signed_in
 from dashboard.api.gateway import REPORT
 from dashboard.api.pages import MAX_OFFSET, paged
 from dashboard.api.schemas import (
@@ -233,15 +235,31 @@ def run_cancel(request: HttpRequest, run_id: Id) -> schemas.RunDetail:
     "/runs/{run_id}/events",
     response=_READ_ERRORS,
     tags=["events"],
+    auth=signed_in(),
     openapi_extra=_streams("The run's events, ids by seq"),
 )
 async def run_events(
     request: HttpRequest, run_id: Id, after: int | None = Query(None, ge=0, le=MAX_OFFSET)
 ) -> HttpResponseBase:
-    """Server-sent events of one run: replayed after `Last-Event-ID` / `after`, then live."""
-    await sync_to_async(selectors.run_get)(run_id)
-    viewer = await sse.viewer_of(request)
+    """Server-sent events of one run: replayed after `Last-Event-ID` / `after`, then live.
+
+    Reviewers and admins watch any run; an agent account, its own external sessions' runs
+    (the gate answers with the run's id; another account's run is a 404, as its calls are).
+    """
+    own_session = await sync_to_async(_watchable)(request.auth, run_id)  # type: ignore[attr-defined]
+    viewer = await sse.viewer_of(request, own_session=own_session)
     return sse.response(sse.run_stream(run_id, sse.resume_point(request, after, default=0), viewer), viewer)
+
+
+def _watchable(user: User, run_id: str) -> bool:
+    """Refuse whoever may not watch the run (404 when it is none of theirs); return whether it is an agent's own."""
+    if is_reviewer(user):
+        selectors.run_get(run_id)
+        return False
+    if not user.has_perm(GATE_PERMISSION):
+        raise Forbidden("only reviewers and admins may use the API")
+    external_run_get(owner=user.get_username(), run_id=run_id)
+    return True
 
 
 def _refuse_if_driven(run: Run) -> None:

@@ -51,6 +51,7 @@ class GateOut(Schema):
     reason: str = Field(description="The policy's or the reviewer's words")
     rule: str | None = Field(description="The rule of agentfast.yaml that decided, if one did")
     idempotency_key: str = Field(description="Pass it to the real tool: it identifies this call")
+    run_id: str = Field(description="The session's run; its events stream at /api/runs/{run_id}/events")
 
 
 class ConflictGateOut(ErrorOut):

@@ -33,6 +33,7 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from agents import events, runtime, selectors, text
+from agents.gateway.selectors import GATE_PERMISSION
 from agents.models import Run, RunEvent
 from agents.runtime.driver import DriveResult
 from agents.services import tokens
@@ -165,6 +166,8 @@ class Viewer:
     user_id: int
     token_id: int | None = None  # a bearer token's stream ends when the token is revoked
     session_key: str | None = None  # a session's stream ends at its logout
+    # An agent account watching its own external session's run; its stream ends with its role.
+    own_session: bool = False
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -188,12 +191,13 @@ class Viewer:
         return await read(_may_still_watch, self)
 
 
-async def viewer_of(request: HttpRequest) -> Viewer:
+async def viewer_of(request: HttpRequest, *, own_session: bool = False) -> Viewer:
     """Return the viewer of an authenticated API request (its token, else its session)."""
     user = request.auth  # type: ignore[attr-defined]  # what ninja's authentication returned: the user, resolved already
     token = _bearer(request)
     token_id = await read(_token_id, token) if token else None
-    return Viewer(user_id=user.pk, token_id=token_id, session_key=None if token else request.session.session_key)
+    session_key = None if token else request.session.session_key
+    return Viewer(user_id=user.pk, token_id=token_id, session_key=session_key, own_session=own_session)
 
 
 def _bearer(request: HttpRequest) -> str | None:
@@ -208,7 +212,10 @@ def _token_id(token: str) -> int | None:
 
 def _may_still_watch(viewer: Viewer) -> bool:
     user = signed_in_user(viewer)
-    return user is not None and is_reviewer(user)
+    if user is None:
+        return False
+    # Whose session a run is never changes: an agent may watch its own for as long as it is an agent.
+    return user.has_perm(GATE_PERMISSION) if viewer.own_session else is_reviewer(user)
 
 
 def signed_in_user(viewer: Viewer) -> User | None:

@@ -396,6 +396,37 @@ def test_it_wakes_a_waiting_client_when_a_reviewer_decides(live: str, robot_toke
     ]
 
 
+def _events(lines: Iterator[str], until: str) -> list[str]:
+    """Read an SSE stream's lines up to the frame of event `until`; return the event names seen."""
+    seen = []
+    for line in lines:
+        if line.startswith("event: "):
+            seen.append(line.removeprefix("event: "))
+            if seen[-1] == until:
+                return seen
+    raise AssertionError(f"the stream ended before {until}: {seen}")
+
+
+@pytest.mark.integration
+def test_it_streams_an_agent_its_own_sessions_events_until_its_token_is_revoked(
+    live: str, robot_token: str, alice: User
+) -> None:
+    gated = httpx.post(f"{live}/api/gate", json=_gate_body("sse"), headers=_auth(robot_token)).json()
+    events_url = f"{live}/api/runs/{gated['run_id']}/events"
+    services.user_create(username="spy", role="agent")
+    spy = services.token_create(username="spy")[1]
+    assert httpx.get(events_url, headers=_auth(spy)).status_code == 404  # another account's session
+
+    with httpx.stream("GET", events_url, headers=_auth(robot_token), timeout=30) as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        assert "approval_required" in _events(lines, until="approval_required")
+        flows.decide(gated["approval_id"], "approved", note="go ahead")
+        assert _events(lines, until="approval_decided")[-1] == "approval_decided"
+        services.token_revoke(prefix=robot_token.split("_")[1])
+        assert [line for line in lines if line.startswith("event: ")] == ["event: access_ended"]  # and it ends
+
+
 _CLAIM_AND_HANG = """
 import sys, time, httpx
 url, token, approval_id = sys.argv[1:]

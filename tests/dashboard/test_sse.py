@@ -393,3 +393,14 @@ async def test_it_streams_approvals_from_the_table_when_the_channel_layer_is_dow
     finally:
         await stream.aclose()
     assert json.loads(_text(chunk).split("data: ")[1])["run_id"] == run.id
+
+
+@pytest.mark.django_db
+def test_it_keeps_an_agents_own_session_stream_only_while_it_is_an_agent() -> None:
+    robot, _ = services.user_create(username="robot", role="agent")
+    watching_its_session = sse.Viewer(user_id=robot.pk, own_session=True)
+
+    assert sse._may_still_watch(watching_its_session)
+    assert not sse._may_still_watch(sse.Viewer(user_id=robot.pk))  # any other stream is a reviewer's
+    robot.groups.clear()  # the agent role taken away
+    assert not sse._may_still_watch(watching_its_session)
