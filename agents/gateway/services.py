@@ -349,6 +349,8 @@ def external_call_report(
     result, error = text.repair(result), text.repair(error)[:MAX_ERROR_CHARS]
     found = external_call_get(owner=owner, approval_id=approval_id)
     output = {"ok": True, "result": result} if ok else {"ok": False, "error": error, "result": result}
+    if ok and error:  # a success that says something went wrong (a warning, a partial result): kept as said
+        output["error"] = error
     status = ToolCall.Status.SUCCEEDED if ok else ToolCall.Status.FAILED
     with transaction.atomic():
         stored = ToolCall.objects.filter(pk=found.call.pk, executed_at__isnull=False, result__isnull=True).update(

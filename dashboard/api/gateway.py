@@ -84,7 +84,7 @@ class ResultIn(_Strict):
     ok: bool
     result: Any = Field(None, description="What the tool returned (any JSON)")
     # No max_length: the call ran, so a long error is cut to 10,000 characters, never refused.
-    error: str = Field("", description="What went wrong, when ok is false (cut to 10,000 characters)")
+    error: str = Field("", description="What went wrong (cut to 10,000 characters); kept with a success too")
 
 
 class ResultOut(Schema):

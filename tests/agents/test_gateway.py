@@ -194,6 +194,16 @@ def test_it_stores_a_result_once(policy: None, robot: str) -> None:
     assert (later.claimed, later.state, later.result) == (False, "succeeded", {"ok": True, "result": 1})
 
 
+def test_it_keeps_the_words_of_a_success_reported_with_an_error(policy: None, robot: str) -> None:
+    answer = _gate(robot, "small", cents=500)
+    gateway.external_call_claim(owner=robot, approval_id=answer.approval_id)
+    report = {"ok": True, "result": {"sent": 3}, "error": "2 of 5 recipients bounced"}
+    outcome, _ = gateway.external_call_report(owner=robot, approval_id=answer.approval_id, **report)
+
+    assert outcome == report
+    assert gateway.external_call_claim(owner=robot, approval_id=answer.approval_id).result == report
+
+
 def test_it_refuses_a_result_before_the_claim(policy: None, robot: str) -> None:
     answer = _gate(robot, "small", cents=500)
     with pytest.raises(gateway.NotClaimable) as refused:
