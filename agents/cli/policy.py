@@ -18,6 +18,11 @@ def register(groups: Any) -> None:
     check.add_argument("arguments", metavar="ARGS_JSON", help="the call's arguments, a JSON object")
     check.add_argument("--agent", required=True)
     check.add_argument("--by", default="", help="also say whether this user could approve it")
+    check.add_argument(
+        "--account",
+        default="",
+        help="check it as an external agent's call, gated by this agent account (rules may read `account`)",
+    )
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -25,7 +30,7 @@ def _check(args: argparse.Namespace) -> None:
 
     arguments = json_object(args.arguments, "ARGS_JSON") or {}
     try:
-        verdict = check(args.tool, arguments, agent_name=args.agent, by=args.by)
+        verdict = check(args.tool, arguments, agent_name=args.agent, by=args.by, account=args.account)
     except CheckError as exc:
         raise CliError(f"{exc}; nothing was run") from None
     could = _could_approve(args.by, verdict) if args.by else None

@@ -282,12 +282,20 @@ class CheckError(Exception):
     """A policy check cannot be answered (unknown agent or tool, arguments the tool refuses)."""
 
 
-def check(tool_name: str, arguments: dict[str, Any], *, agent_name: str, by: str = "") -> Verdict:
-    """Return what would happen if the agent proposed this call now, without running or recording anything."""
+def check(tool_name: str, arguments: dict[str, Any], *, agent_name: str, by: str = "", account: str = "") -> Verdict:
+    """Return what would happen if the agent proposed this call now, without running or recording anything.
+
+    With `account`, the call is an external agent's, gated by that agent account: the rules
+    apply as the gate applies them (`account` set), to a tool no module need register, for
+    an agent agentfast.yaml need not list.
+    """
     from agents.policy.config import ConfigError, get_policy
     from agents.tools import InvalidArguments, ToolError, registry
 
     policy = get_policy()
+    if account:
+        run = {"id": "", "agent": agent_name, "created_by": account, "input": ""}
+        return evaluate(policy, CallFacts(tool=tool_name, args=arguments, agent=agent_name, run=run, account=account))
     try:
         agent = policy.agent(agent_name)
     except ConfigError as exc:

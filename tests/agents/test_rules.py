@@ -348,6 +348,28 @@ def test_it_says_whether_a_user_could_approve(db, capsys, alice):
     assert code == 0 and (body["by"], body["could_approve"]) == ("alice", True)
 
 
+EXTERNAL_POLICY = """
+agents:
+  support: {tools: [lookup_order]}
+tool_overrides:
+  wire_money:
+    rules:
+      - {name: trusted bot, when: "account == 'billing-bot' && args.cents <= 100000", action: allow}
+"""
+
+
+@pytest.mark.parametrize(("account", "action"), [("billing-bot", "allow"), ("other-bot", "ask")])
+def test_it_checks_an_external_agents_call_as_the_gate_would(db, capsys, agent_config, account, action):
+    agent_config(EXTERNAL_POLICY)
+    argv = ["wire_money", '{"cents": 5000}', "--agent", "billing", "--account", account, "--json"]
+
+    code = cli_main(["policy", "check", *argv])
+    body = json.loads(capsys.readouterr().out)
+
+    assert code == 0 and body["action"] == action
+    assert not Run.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
