@@ -38,7 +38,7 @@ from bench import setup
 from tests.support.processes import CHROMIUM, CHROMIUM_ARGS
 
 VAR_DIR = setup.ROOT / "var" / "bench-dashboard"
-REVIEWER, PASSWORD = "bench-reviewer", "bench-reviewer-password"
+REVIEWER, PASSWORD = "bench-reviewer", "plum-harbour-lantern-42"  # passes the password validators
 CALL_ID = "call_1_1"  # the demo model's first call: the bench agent's send_email
 
 # Installed before the inbox's scripts run: note when each card enters the page.
