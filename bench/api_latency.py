@@ -20,8 +20,6 @@ import argparse
 import http.client
 import json
 import os
-import signal
-import sys
 import threading
 import time
 import urllib.parse
@@ -60,27 +58,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwind through the finally blocks: stop the processes
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
     if args.sqlite:
         os.environ.pop("DATABASE_URL", None)  # the bench's own SQLite file
-    redis = None
-    try:
-        target = setup.prepare()
-        redis = setup.start_redis()
-        with setup.django_migrated(target):
-            results = _run(args, target)
-    except setup.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        setup.stop_workers()
-        setup.stop_redis(redis)
+    return setup.run(_main, args)
+
+
+def _main(args: argparse.Namespace) -> int:
+    target = setup.prepare()
+    setup.start_redis()
+    with setup.django_migrated(target):
+        results = _run(args, target)
     print(json.dumps(results, indent=2) if args.json else render(results))
     return 0
 

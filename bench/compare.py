@@ -26,7 +26,6 @@ import json
 import operator
 import os
 import random
-import signal
 import sys
 import threading
 import time
@@ -100,13 +99,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwind through the finally blocks: stop the processes
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
     postgres_url = os.environ.get("DATABASE_URL") or DEFAULT_URL
     if urlsplit(postgres_url).scheme not in {"postgres", "postgresql"}:
         print("bench: the comparison needs PostgreSQL (DATABASE_URL=postgres://…/<name with 'bench'>)", file=sys.stderr)
@@ -118,24 +112,22 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("bench: LangGraph is missing: pip install -e '.[bench]'", file=sys.stderr)
         return 1
-    redis = model = None
+    return setup.run(_main, args, postgres_url)
+
+
+def _main(args: argparse.Namespace, postgres_url: str) -> int:
+    target = setup.prepare()
+    if args.sqlite:  # LangGraph's database is fresh too (prepare() made agentfast's)
+        setup.recreate_postgres(postgres_url)
+    model = SlowModel(args.delay).start()
     try:
-        target = setup.prepare()
-        if args.sqlite:  # LangGraph's database is fresh too (prepare() made agentfast's)
-            setup.recreate_postgres(postgres_url)
-        model = SlowModel(args.delay).start()
         (setup.VAR_DIR / "bench.yaml").write_text(_config(model.base_url))
-        redis = setup.start_redis()
+        setup.start_redis()
         with setup.django_migrated(target):
             print(render(_run(args, target, model, _conninfo(postgres_url))))
-    except setup.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
     finally:
-        setup.stop_workers()
-        setup.stop_redis(redis)
-        if model is not None:
-            model.stop()
+        setup.stop_workers()  # before the model they call
+        model.stop()
     return 0
 
 

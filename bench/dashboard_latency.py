@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import signal
 import statistics
 import sys
 import time
@@ -79,40 +78,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwind through the finally blocks: stop every process
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not CHROMIUM.exists():
         print(f"bench: Chromium is not installed at {CHROMIUM}", file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, _terminate)
     # A folder of its own (database, Redis socket, logs): `python -m bench` recreates
     # var/bench/ when it starts, and may run at the same time.
     setup.VAR_DIR = VAR_DIR
-    redis = server = None
+    return setup.run(_main, args)
+
+
+def _main(args: argparse.Namespace) -> int:
+    target = setup.prepare()
+    # Playwright's sync API runs an event loop in this thread; the ORM calls made here
+    # block plainly and share nothing with it.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    setup.start_redis()
+    _django(target)
+    # The server keeps Django's async guard that this process had to lift.
+    server = setup.start_daphne(
+        VAR_DIR / "dashboard-daphne.log", DJANGO_ALLOWED_HOSTS="127.0.0.1", DJANGO_ALLOW_ASYNC_UNSAFE=""
+    )
     try:
-        target = setup.prepare()
-        # Playwright's sync API runs an event loop in this thread; the ORM calls made here
-        # block plainly and share nothing with it.
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-        redis = setup.start_redis()
-        _django(target)
-        # The server keeps Django's async guard that this process had to lift.
-        server = setup.start_daphne(
-            VAR_DIR / "dashboard-daphne.log", DJANGO_ALLOWED_HOSTS="127.0.0.1", DJANGO_ALLOW_ASYNC_UNSAFE=""
-        )
         samples = _measure(args, server.url)
-    except setup.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
     finally:
-        if server is not None:
-            server.stop()
-        setup.stop_workers()
-        setup.stop_redis(redis)
+        server.stop()
     print(_report(samples, target, args))
     return 0
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
-import sys
 import time
 from typing import Any
 
@@ -30,31 +28,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
-    redis = None
-    try:
-        target = setup.prepare()
-        config = setup.VAR_DIR / "bench.yaml"
-        config.write_text(
-            setup.CONFIG.replace(
-                "send_email: {risk: high, hitl_mode: suspend}",
-                f"send_email: {{risk: high, hitl_mode: suspend, timeout: {args.timeout}}}",
-            )
+    return setup.run(_main, parse_args(argv))
+
+
+def _main(args: argparse.Namespace) -> int:
+    target = setup.prepare()
+    config = setup.VAR_DIR / "bench.yaml"
+    config.write_text(
+        setup.CONFIG.replace(
+            "send_email: {risk: high, hitl_mode: suspend}",
+            f"send_email: {{risk: high, hitl_mode: suspend, timeout: {args.timeout}}}",
         )
-        redis = setup.start_redis()
-        results = _run(args, target)
-    except setup.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        setup.stop_workers()
-        setup.stop_redis(redis)
+    )
+    setup.start_redis()
+    results = _run(args, target)
     print(json.dumps(results, indent=2) if args.json else render(results))
     return 0
 

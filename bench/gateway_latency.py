@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import sys
 import threading
 import time
 from typing import Any
@@ -44,27 +42,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwind through the finally blocks: stop the processes
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
-    redis = None
-    try:
-        target = setup.prepare()
-        config = setup.VAR_DIR / "gateway.yaml"
-        config.write_text(CONFIG)
-        os.environ["AGENTFAST_CONFIG"] = str(config)
-        redis = setup.start_redis()
-        with setup.django_migrated(target):
-            results = _run(args, target)
-    except setup.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        setup.stop_redis(redis)
+    return setup.run(_main, parse_args(argv))
+
+
+def _main(args: argparse.Namespace) -> int:
+    target = setup.prepare()
+    config = setup.VAR_DIR / "gateway.yaml"
+    config.write_text(CONFIG)
+    os.environ["AGENTFAST_CONFIG"] = str(config)
+    setup.start_redis()
+    with setup.django_migrated(target):
+        results = _run(args, target)
     print(json.dumps(results, indent=2) if args.json else render(results))
     return 0
 

@@ -28,20 +28,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    redis = None
-    try:
-        target = setup.prepare()
-        redis = setup.start_redis()
-        from bench import scale
+    return setup.run(_main, parse_args(argv))
 
-        with setup.django_migrated(target):
-            print(_render(_run(args, scale), target, args))
-    except setup.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        setup.stop_redis(redis)
+
+def _main(args: argparse.Namespace) -> int:
+    target = setup.prepare()
+    setup.start_redis()
+    from bench import scale
+
+    with setup.django_migrated(target):
+        print(_render(_run(args, scale), target, args))
     return 0
 
 

@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 import os
-import signal
 import sys
 import time
 from typing import Any
@@ -37,27 +36,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwind through the finally blocks: stop the worker and Redis
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    started = time.perf_counter()
-    signal.signal(signal.SIGTERM, _terminate)
-    redis = None
+    return setup.run(_main, parse_args(argv), time.perf_counter())
+
+
+def _main(args: argparse.Namespace, started: float) -> int:
+    target = setup.prepare()
+    setup.start_redis()
     try:
-        target = setup.prepare()
-        redis = setup.start_redis()
         data, profile_text = _run(args, target, started)
-    except setup.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
     finally:
         setup.stop_workers()
-        _flush_events()
+        _flush_events()  # while Redis still answers
         _close_connections()
-        setup.stop_redis(redis)
     if args.json:
         print(json.dumps(_finite(data), indent=2, default=str))
     else:

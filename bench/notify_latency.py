@@ -15,8 +15,6 @@ import argparse
 import base64
 import json
 import os
-import signal
-import sys
 import threading
 import time
 from typing import Any
@@ -37,33 +35,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
+    return setup.run(_main, parse_args(argv))
+
+
+def _main(args: argparse.Namespace) -> int:
     receiver = TimedReceiver(secret=SECRET)
-    redis = None
+    target = setup.prepare()
+    config = setup.VAR_DIR / "bench.yaml"
+    config.write_text(
+        setup.CONFIG
+        + f"notifications:\n  - kind: webhook\n    url: {receiver.url}\n    secret_env: BENCH_WEBHOOK_SECRET\n"
+    )
+    os.environ["BENCH_WEBHOOK_SECRET"] = SECRET
+    setup.start_redis()
+    receiver.start()
     try:
-        target = setup.prepare()
-        config = setup.VAR_DIR / "bench.yaml"
-        config.write_text(
-            setup.CONFIG
-            + f"notifications:\n  - kind: webhook\n    url: {receiver.url}\n    secret_env: BENCH_WEBHOOK_SECRET\n"
-        )
-        os.environ["BENCH_WEBHOOK_SECRET"] = SECRET
-        redis = setup.start_redis()
-        receiver.start()
         results = _run(args, target, receiver)
-    except setup.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
     finally:
+        setup.stop_workers()  # before the receiver they post to
         receiver.stop()
-        setup.stop_workers()
-        setup.stop_redis(redis)
     print(json.dumps(results, indent=2) if args.json else render(results))
     return 0
 

@@ -16,7 +16,6 @@ import argparse
 import gc
 import os
 import random
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -66,29 +65,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwind through the finally blocks: stop the processes
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
     if args.sqlite:
         os.environ.pop("DATABASE_URL", None)  # the bench's own SQLite file
     else:
         os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
-    redis = None
-    try:
-        target = setup.prepare(fresh=not args.reuse)
-        redis = setup.start_redis()
-        with setup.django_migrated(target):
-            print(render(_run(args, target)))
-    except setup.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        setup.stop_workers()
-        setup.stop_redis(redis)
+    return setup.run(_main, args)
+
+
+def _main(args: argparse.Namespace) -> int:
+    target = setup.prepare(fresh=not args.reuse)
+    setup.start_redis()
+    with setup.django_migrated(target):
+        print(render(_run(args, target)))
     return 0
 
 

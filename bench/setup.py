@@ -6,10 +6,11 @@ Nothing here imports Django (prepare() runs before django.setup()).
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,25 +141,53 @@ def _recreate_postgres(parts, name: str) -> None:  # noqa: ANN001
 # -- Redis --------------------------------------------------------------------------
 
 
+def run(body: Callable[..., int], *args: object) -> int:
+    """Run a bench's main part, `body(*args)`, and return its exit status.
+
+    A SIGTERM unwinds it through its finally blocks, a BenchError ends it with one line and
+    status 1, and whatever way it ends, every worker and Redis this process started stops.
+    """
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return body(*args)
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stop_workers()
+        stop_redis()
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+_redis: list[subprocess.Popen[bytes]] = []
+
+
 def start_redis() -> subprocess.Popen[bytes]:
-    """Start a private redis-server on var/bench's socket; the caller stops it."""
+    """Start a private redis-server on var/bench's socket; `run` (or stop_redis) stops it."""
     sock = embedded_redis.socket_path(VAR_DIR)
     embedded_redis.stop(sock)  # a leftover of an interrupted bench
     process = embedded_redis.start(sock, workdir=VAR_DIR, daemonize=False)
     if process is None:
         raise BenchError(f"a Redis still answers on {sock}; stop it first")
+    _redis.append(process)
     return process
 
 
-def stop_redis(process: subprocess.Popen[bytes] | None) -> None:
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=5)
+def stop_redis() -> None:
+    """Stop every Redis this process started."""
+    while _redis:
+        process = _redis.pop()
+        if process.poll() is not None:
+            continue
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
 
 
 # -- the Celery worker --------------------------------------------------------------

@@ -33,7 +33,6 @@ import math
 import os
 import re
 import resource
-import signal
 import statistics
 import sys
 import time
@@ -96,10 +95,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # unwind through the finally blocks: stop every process
-
-
 def _raise_open_files() -> int:
     """Raise this process's (and so its children's) open-file limit to the hard limit; return it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -110,27 +105,23 @@ def _raise_open_files() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
     limit = _raise_open_files()
     if limit < args.connections + 200:
         print(f"bench: the open-file limit is {limit}: too low for {args.connections} connections", file=sys.stderr)
         return 1
     setup.VAR_DIR = VAR_DIR  # its own folder: other benches may run at the same time
-    redis = server = None
+    return setup.run(_main, args)
+
+
+def _main(args: argparse.Namespace) -> int:
+    target = setup.prepare()
+    setup.start_redis()
+    users = _django(target, args)
+    server = setup.start_cli_serve(VAR_DIR / "watchers-daphne.log", DJANGO_ALLOWED_HOSTS="127.0.0.1")
     try:
-        target = setup.prepare()
-        redis = setup.start_redis()
-        users = _django(target, args)
-        server = setup.start_cli_serve(VAR_DIR / "watchers-daphne.log", DJANGO_ALLOWED_HOSTS="127.0.0.1")
         results = asyncio.run(_measure(args, server, users))
-    except setup.BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
     finally:
-        if server is not None:
-            server.stop()
-        setup.stop_workers()
-        setup.stop_redis(redis)
+        server.stop()
     print(json.dumps(_summary(results, target, args), indent=2) if args.json else _report(results, target, args))
     return 0 if results.refused == 0 else 1
 
@@ -392,7 +383,9 @@ class _RawReader(asyncio.Protocol):
             return False
         status = bytes(self.buffer[: self.buffer.find(b"\r\n")])
         if not status.startswith(b"HTTP/1.1 101" if self.kind == "ws" else b"HTTP/1.1 200"):
-            self.opened.set_exception(RuntimeError(f"{status.decode('latin1')} {bytes(self.buffer[end:end + 200])!r}"))
+            self.opened.set_exception(
+                RuntimeError(f"{status.decode('latin1')} {bytes(self.buffer[end : end + 200])!r}")
+            )
             self.transport.close()  # type: ignore[union-attr]
             return False
         cut = end + 4
