@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
+from agents.gateway import services as gateway
+from agents.models import Approval
 from tests.browser.conftest import Viewer
 from tests.support.flows import decide, pending, start
 
@@ -28,3 +31,37 @@ def test_it_wraps_a_long_rejection_note_in_the_playground(viewer: Callable[..., 
 
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
     assert seen.errors == []
+
+
+def test_it_keeps_every_page_of_a_call_with_one_word_names_and_texts_on_the_screen(
+    viewer: Callable[..., Viewer], carol: User
+) -> None:
+    # An external agent names itself, describes its call and fills the arguments as it likes.
+    User.objects.create_user(username="billing-bot")
+    request = gateway.GateRequest(
+        agent="agent" + "z" * 95,
+        session="thread-7",
+        call_id="c1",
+        tool="send_email",
+        arguments={"to": WORD + "@example.com", "subject": WORD, "body": WORD},
+        description=WORD,
+    )
+    asked = gateway.gate_call(owner="billing-bot", request=request)
+    decide(asked.approval_id, "rejected", by="carol", note="no")
+    again = gateway.gate_call(owner="billing-bot", request=replace(request, call_id="c2"))
+    run_id = Approval.objects.get(pk=again.approval_id).run_id
+    pages = ["/", f"/approvals/{again.approval_id}", f"/runs/{run_id}", "/runs", "/insights"]
+
+    wide = []
+    for width in (390, 1280):
+        seen = viewer("carol", viewport={"width": width, "height": 860})
+        expect(seen.page.locator(f"#card-{again.approval_id}")).to_be_visible()
+        for path in pages:
+            seen.page.goto(path)
+            scrolled = seen.page.evaluate("document.documentElement.scrollWidth")
+            if scrolled > width:
+                wide.append((width, path, scrolled))
+        seen.page.goto("/")
+        seen.screenshot(f"inbox-long-words-{width}")
+        assert seen.errors == []
+    assert wide == []
