@@ -46,12 +46,15 @@ class DecisionForm(forms.Form):
         self.fields["expect_digest"].initial = approval.digest
 
     def clean_arguments(self) -> dict[str, Any] | None:
-        """Return the arguments in the editor; None when none were sent (an inbox card), or blank with a rejection.
+        """Return the arguments in the editor; None when none were sent (an inbox card), or with a rejection.
 
         The approval page's editor starts filled with the proposal, so a blank one was erased:
-        approving it is refused rather than read as "the proposal as it is".
+        approving it is refused rather than read as "the proposal as it is". A rejection never
+        carries arguments, so an edit begun and abandoned for it (half-typed JSON) is not read.
         """
         text = self.cleaned_data["arguments"].strip()
+        if self.cleaned_data.get("decision") == Approval.Status.REJECTED:
+            return None
         if not text:
             if "arguments" in self.data and self.cleaned_data.get("decision") == Approval.Status.APPROVED:
                 raise forms.ValidationError(

@@ -113,6 +113,19 @@ def test_it_rejects_with_a_note_and_ignores_the_editor(client_for, alice, approv
     )
 
 
+@pytest.mark.parametrize("editor", ['{"order_id": "A1001", "amount_cents": ', "[1, 2]", '{"amount_cents": NaN}'])
+def test_it_rejects_with_a_note_whatever_is_left_in_the_editor(client_for, alice, approval, editor):
+    """A reviewer who began an edit, then chose to reject, is not stopped by the edit they abandoned."""
+    response = client_for(alice).post(
+        decide_url(approval), {"decision": "rejected", "note": "customer already refunded", "arguments": editor}
+    )
+
+    approval.refresh_from_db()
+    assert response.status_code == 302
+    assert (approval.status, approval.note, approval.arguments) == ("rejected", "customer already refunded", None)
+    assert not AuditEntry.objects.filter(outcome=AuditEntry.Outcome.INVALID_ARGUMENTS).exists()
+
+
 def test_it_rejects_with_feedback_for_the_model_to_revise(client_for, alice, paused, approval):
     client_for(alice).post(
         decide_url(approval), {"decision": "rejected", "note": "too much", "feedback": "make it 20.00"}
