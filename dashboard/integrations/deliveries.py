@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -24,10 +26,16 @@ def delivery_list(request: HttpRequest) -> HttpResponse:
     deliveries = Delivery.objects.prefetch_related("attempt_log")
     if status in Delivery.Status.values:
         deliveries = deliveries.filter(status=status)
+    else:
+        status = ""
     page = Paginator(deliveries, PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(
-        request, "dashboard/deliveries.html", {"page": page, "status": status, "statuses": Delivery.Status.values}
-    )
+    context = {
+        "page": page,
+        "status": status,
+        "statuses": Delivery.Status.values,
+        "query": urlencode({"status": status}) if status else "",  # the pager's links keep the filter
+    }
+    return render(request, "dashboard/deliveries.html", context)
 
 
 @require_POST

@@ -10,6 +10,8 @@ import pytest
 from agents.models import AuditEntry
 from agents.notify import dispatch
 from agents.notify.models import Delivery
+from agents.services import notify as notify_services
+from agents.services.notify import Target
 from tests.support.flows import start
 
 CONFIG = """
@@ -54,3 +56,13 @@ def test_it_redelivers_on_an_admins_post_and_audits_it(client_for, carol, alice,
     entry = AuditEntry.objects.get(action="redeliver")
     assert entry.actor == "carol" and entry.source == "web"
     assert client_for(carol).post("/deliveries/999999/redeliver").status_code == 404
+
+
+def test_it_keeps_the_status_filter_on_the_next_page(client_for, carol):
+    hook = Target(Delivery.Kind.WEBHOOK, "http://127.0.0.1:9/hook", {"n": 1})
+    notify_services.deliveries_open(event_type="approval.required", approval_id="", targets=[hook] * 60)
+
+    first = client_for(carol).get("/deliveries", {"status": "pending"})
+
+    assert first.context["page"].has_next()
+    assert 'href="?status=pending&amp;page=2"' in first.content.decode()
