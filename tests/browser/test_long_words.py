@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth.models import User
@@ -11,7 +13,8 @@ from playwright.sync_api import expect
 
 from agents.gateway import services as gateway
 from agents.models import Approval
-from tests.browser.conftest import Viewer
+from agents.notify.channels import one_click_links
+from tests.browser.conftest import Viewer, screenshot
 from tests.support.flows import decide, pending, start
 
 pytestmark = pytest.mark.browser
@@ -65,3 +68,21 @@ def test_it_keeps_every_page_of_a_call_with_one_word_names_and_texts_on_the_scre
         seen.screenshot(f"inbox-long-words-{width}")
         assert seen.errors == []
     assert wide == []
+
+
+def test_it_keeps_a_mailed_one_click_page_on_a_phones_screen(browser: Any, live_server: Any, alice: User) -> None:
+    User.objects.create_user(username="billing-bot")
+    request = gateway.GateRequest(
+        agent="agent" + "z" * 95, session="thread-7", call_id="c1", tool="send_email", arguments={"to": WORD}
+    )
+    approval = Approval.objects.get(pk=gateway.gate_call(owner="billing-bot", request=request).approval_id)
+    link = one_click_links(approval.id, "alice", approval.current_arguments, ("rejected",))["rejected"]
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 390, "height": 844})
+    page = context.new_page()
+
+    page.goto(urlsplit(link).path)
+
+    expect(page.get_by_role("button", name="Reject as alice")).to_be_visible()
+    screenshot(page, "one-click-long-words-390")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    context.close()
