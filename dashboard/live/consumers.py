@@ -96,6 +96,11 @@ class _GroupConsumer(WebsocketConsumer):
         self.send(text_data=text.repair(html))
 
 
+def _query(scope: dict[str, Any]) -> QueryDict:
+    """Return the handshake's query parameters; a client's bytes that are not UTF-8 are read as Latin-1, never raising."""
+    return QueryDict(scope["query_string"])  # QueryDict's own fallback for bytes
+
+
 def _may_still_watch(user_id: int, session_key: str | None) -> bool:
     user = selectors.user_get_active(user_id)
     return user is not None and is_reviewer(user) and session_holds(user, session_key)
@@ -126,7 +131,7 @@ class InboxConsumer(AsyncWebsocketConsumer):
         # The role eligibility asks for, read once: a role taken away closes the socket
         # (access.check), so it holds while the socket is open.
         self.may_decide_any = eligibility.refusal_of_role(user) is None  # permissions cached on the user just now
-        params = QueryDict(self.scope["query_string"].decode())
+        params = _query(self.scope)
         # "For me" is this connection's user's: each socket shows its own cards.
         self.filters = InboxFilter(params, user=user)
         valid = self.filters.is_valid()
@@ -421,7 +426,7 @@ class ApprovalConsumer(_GroupConsumer):
     """
 
     def group_to_join(self) -> str | None:
-        params = QueryDict(self.scope["query_string"].decode())
+        params = _query(self.scope)
         self.approval_id = params.get("id", "")
         if not self.approval_id or text.problem(self.approval_id) is not None:
             return None

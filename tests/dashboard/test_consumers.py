@@ -110,6 +110,20 @@ async def test_it_closes_a_socket_to_an_unknown_path_with_4404(alice):
         assert (connected, code) == (False, 4404)
 
 
+async def test_it_answers_a_handshake_whose_query_is_not_utf_8(alice):
+    """A client may send raw bytes in the handshake's query; the socket answers, it does not crash."""
+    cookie = await database_sync_to_async(_session_cookie)(alice)
+    headers = [(b"host", b"localhost"), (b"origin", b"http://localhost"), (b"cookie", cookie)]
+    answers = {}
+    for path in ("/ws/inbox/", "/ws/approvals/"):
+        communicator = WebsocketCommunicator(application, path, headers=headers)
+        communicator.scope["query_string"] = b"q=\xff\xfe&id=appr_\xff"
+        answers[path] = await communicator.connect(timeout=5)
+        await communicator.disconnect()
+
+    assert answers == {"/ws/inbox/": (True, None), "/ws/approvals/": (False, 4404)}
+
+
 async def test_it_pushes_a_card_when_an_agent_pauses_and_removes_it_when_decided(alice):
     communicator, connected, _ = await connect("/ws/inbox/?page=1", alice)
     assert connected
