@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 import json
 
+import pytest
+
 from agents import services
 from agents.models import Approval, Grant
 from tests.support.flows import decide, pending, start
@@ -202,6 +204,24 @@ def test_it_says_a_card_expired_rather_than_that_someone_decided_it_in_bulk(clie
     assert "0 of 1 approved" in page
     assert f"{approval.id}</code>: not decided: approval {approval.id} was already expired by deadline" in page
     assert "someone decided it first" not in page
+
+
+@pytest.mark.parametrize("target", ["card", "decision", None])
+def test_it_says_a_call_expired_rather_than_that_someone_decided_it_first(client_for, alice, approval, target):
+    services.approval_expire(approval=approval, actor="deadline", reason="no decision in 10 min", resume=False)
+    headers = (
+        {}
+        if target is None
+        else {"HX-Request": "true", "HX-Target": f"card-{approval.id}" if target == "card" else target}
+    )
+
+    response = client_for(alice).post(decide_url(approval), {"decision": "rejected", "note": "dupe"}, headers=headers)
+
+    page = html.unescape(response.content.decode())
+    assert response.status_code == 409
+    assert "The call expired first: your decision was not recorded." in page
+    assert "Someone decided first" not in page
+    assert "Your note (not recorded)" in page
 
 
 def test_it_shows_the_bulk_note_back_when_nothing_was_decided(client_for, alice, approval):
