@@ -30,20 +30,26 @@ def policy_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 @reviewer_required
 def policy_tool(request: HttpRequest, tool: str) -> HttpResponse:
-    """Show one tool's settings and rules in plain words; with ?args=…&agent=…, the verdict for that call."""
+    """Show one tool's settings and rules in plain words; with ?args=…&agent=…, the verdict for that call.
+
+    An external tool (listed in the file, registered by no module: external agents' calls to it go
+    through the gate) has its settings shown, without the check, which runs a configured agent's tools.
+    """
     policy = get_policy()
-    if tool not in registry.tools:
+    external = tool not in registry.tools
+    if external and tool not in policy.tool_overrides:
         raise Http404("No such tool.")
     agents = sorted(name for name, agent in policy.agents.items() if tool in agent.tools)
     context: dict[str, Any] = {
         "tool": _tool_summary(tool, policy.tool_policy(tool), tool in policy.tool_overrides),
+        "external": external,
         "version": policy.version,
         "agents": agents,
         "agent": request.GET.get("agent") or (agents[0] if agents else ""),
         "arguments": request.GET.get("args", ""),
     }
     status = 200
-    if "args" in request.GET:
+    if "args" in request.GET and not external:
         try:
             context["verdict"] = _check(tool, context["arguments"], context["agent"])
             context["means"] = describe(context["verdict"])

@@ -146,3 +146,30 @@ def test_it_gives_every_outcome_through_the_api(
     assert body["status"] == status
     [approval] = body["approvals"]
     assert (approval["status"], approval["decided_by"]) == (approval_status, decided_by)
+
+
+EXTERNAL = """
+agents:
+  support: {tools: [lookup_order]}
+tool_overrides:
+  wire_money:
+    approvers: [finance]
+    rules:
+      - {name: small, when: "args.cents <= 1000", action: allow}
+"""
+
+
+def test_it_shows_an_external_tools_settings_from_the_link_the_list_gives(client_for, alice, agent_config):
+    agent_config(EXTERNAL)
+    client = client_for(alice)
+    listed = client.get("/policy").content.decode()
+    assert '<a href="/policy/wire_money"><code>wire_money</code></a>' in listed
+
+    page = client.get("/policy/wire_money")
+
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "one of finance" in html and "<strong>small</strong>: when <code>args.cents &lt;= 1000</code>" in html
+    assert 'name="args"' not in html and "An external tool" in html
+    assert client.get("/policy/wire_money", {"args": "{}"}).status_code == 200
+    assert client.get("/policy/no_such_tool").status_code == 404
