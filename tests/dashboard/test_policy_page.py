@@ -173,3 +173,15 @@ def test_it_shows_an_external_tools_settings_from_the_link_the_list_gives(client
     assert 'name="args"' not in html and "An external tool" in html
     assert client.get("/policy/wire_money", {"args": "{}"}).status_code == 200
     assert client.get("/policy/no_such_tool").status_code == 404
+
+
+def test_it_lists_and_shows_a_tool_whose_name_has_a_slash(client_for, alice, agent_config):
+    agent_config(EXTERNAL.replace("wire_money", "bank/wire_money"))
+    client = client_for(alice)
+
+    listed = client.get("/policy")
+
+    assert listed.status_code == 200
+    assert '<a href="/policy/bank/wire_money"><code>bank/wire_money</code></a>' in listed.content.decode()
+    page = client.get("/policy/bank/wire_money")
+    assert page.status_code == 200 and "one of finance" in page.content.decode()
