@@ -233,7 +233,17 @@ def rates_chart(title: str, rates: dict[str, Rates]) -> SafeString:
     bars = []
     for index, (name, rate) in enumerate(rates.items()):
         top, left = 8 + index * row_height, label_width
-        bars.append(format_html('<text x="4" y="{}" class="bar-name">{}</text>', top + 14, name))
+        # A nested <svg> clips a long name (an MCP tool's) at its bar; the tooltip and the table give it whole.
+        bars.append(
+            format_html(
+                '<svg x="0" y="{}" width="{}" height="{}"><text x="4" y="14" class="bar-name">{}<title>{}</title></text></svg>',
+                top,
+                label_width - 6,
+                row_height,
+                name,
+                name,
+            )
+        )
         for part in ("approved", "edited", "rejected"):
             count = getattr(rate, part)
             width = bar_width * count / rate.total if rate.total else 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from xml.etree import ElementTree
 
 import pytest
 from django.utils import timezone
@@ -176,3 +177,15 @@ def test_it_counts_one_decision_in_the_singular(client_for, alice):
     html = client_for(alice).get("/insights").content.decode()
 
     assert '<strong id="decision-count">1</strong> decision.' in html
+
+
+def test_it_keeps_a_long_names_label_out_of_its_bar_and_count():
+    """An MCP tool's name is long: its label is clipped to the label column, whole in its tooltip and the table."""
+    name = "mcp.github.create_pull_request_review_comment"
+    chart = ElementTree.fromstring(insights.rates_chart("By tool", {name: insights.Rates(approved=3)}))
+    [column] = [box for box in chart.findall("svg") if box.find("text[@class='bar-name']") is not None]
+    label, bar = column.find("text[@class='bar-name']"), chart.find("rect")
+
+    # A nested <svg> clips what overflows it: the label ends where the bars begin.
+    assert float(column.get("x", "0")) + float(column.get("width")) <= float(bar.get("x"))
+    assert label.text == name and label.find("title").text == name
