@@ -301,11 +301,11 @@
   }
 
   function decision(card, data, verdict) {
+    // Feedback goes whatever the decision: the server refuses an approval with it, saying so, rather than drop it.
     var body = { decision: verdict, note: card.querySelector(".pg-note").value, auto_resume: false };
-    if (verdict === "rejected") {
-      body.feedback = card.querySelector(".pg-feedback").value;
-      return body;
-    }
+    var feedback = card.querySelector(".pg-feedback").value;
+    if (verdict === "rejected" || feedback.trim()) body.feedback = feedback;
+    if (verdict === "rejected") return body;
     if (!card.querySelector(".pg-answer-label").hidden) body.payload = { answer: card.querySelector(".pg-answer").value };
     var edited = card.querySelector(".pg-edit-args");
     if (edited.value.trim() !== pretty(data.arguments)) body.arguments = JSON.parse(edited.value); // SyntaxError: shown

@@ -116,3 +116,24 @@ def test_it_runs_an_agent_composed_on_the_page_within_agentfast_yamls_floor(
     expect(definition).to_contain_text("refund_request high risk, suspend")
     expect(definition).to_contain_text("lookup_order low risk")
     assert seen.errors == [] and seen.dialogs == []
+
+
+def test_it_keeps_feedback_typed_before_approving_and_says_it_goes_with_a_rejection(
+    viewer: Callable[..., Viewer], alice: User
+) -> None:
+    seen = viewer("alice", path="/playground/")
+    page = seen.page
+    page.select_option("#pg-agent", "support")
+    page.fill("#pg-input", REFUND)
+    page.click("#pg-run")
+    card = page.locator(".pg-approval")
+    expect(card).to_be_visible()
+
+    card.locator(".pg-revise summary").click()
+    card.locator(".pg-feedback").fill("refund 20.00 instead")
+    card.locator(".pg-approve").click()
+
+    expect(card.locator(".pg-card-error")).to_contain_text("feedback")
+    expect(card.locator(".pg-feedback")).to_have_value("refund 20.00 instead")
+    assert Approval.objects.get().status == Approval.Status.PENDING
+    assert seen.errors == []
