@@ -323,12 +323,18 @@
       return fail(card, "The edited arguments are not valid JSON: " + syntax.message, "arguments");
     }
     card.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
-    var response = await fetch("/api/approvals/" + encodeURIComponent(data.approval_id) + "/decide", {
-      method: "POST",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf },
-      credentials: "same-origin",
-      body: JSON.stringify(body),
-    });
+    var response;
+    try {
+      response = await fetch("/api/approvals/" + encodeURIComponent(data.approval_id) + "/decide", {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": csrf },
+        credentials: "same-origin",
+        body: JSON.stringify(body),
+      });
+    } catch (unreachable) {  // offline, or the server went away: nothing was decided
+      card.querySelectorAll("button").forEach(function (b) { b.disabled = false; });
+      return fail(card, "Your decision was not recorded: could not reach the server. Nothing changed; try again.");
+    }
     var answer = await response.json().catch(function () { return { message: response.statusText }; });
     card.querySelectorAll("button").forEach(function (b) { b.disabled = false; });
     var approval = view.approvals[data.approval_id];

@@ -137,3 +137,26 @@ def test_it_keeps_feedback_typed_before_approving_and_says_it_goes_with_a_reject
     expect(card.locator(".pg-feedback")).to_have_value("refund 20.00 instead")
     assert Approval.objects.get().status == Approval.Status.PENDING
     assert seen.errors == []
+
+
+def test_it_says_a_decision_that_did_not_reach_the_server_and_lets_it_be_sent_again(
+    viewer: Callable[..., Viewer], alice: User
+) -> None:
+    seen = viewer("alice", path="/playground/")
+    page = seen.page
+    page.select_option("#pg-agent", "support")
+    page.fill("#pg-input", REFUND)
+    page.click("#pg-run")
+    card = page.locator(".pg-approval")
+    expect(card).to_be_visible()
+    card.locator(".pg-note").fill("checked with the customer")
+
+    page.route("**/decide", lambda route: route.abort())
+    card.locator(".pg-approve").click()
+
+    expect(card.locator(".pg-card-error")).to_contain_text("not recorded")
+    expect(card.locator(".pg-approve")).to_be_enabled()
+    expect(card.locator(".pg-note")).to_have_value("checked with the customer")
+    page.unroute("**/decide")
+    card.locator(".pg-approve").click()
+    expect(card.locator(".pg-approval-status")).to_have_text("approved")
