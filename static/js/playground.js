@@ -349,9 +349,21 @@
     }
     if (answer.approval) {
       decided(approval, answer.approval.status, answer.approval.decided_by, answer.approval.note); // it stands
+      unrecorded(card, body);
       return maybeResume();
     }
     fail(card, answer.message, answer.field);
+  }
+
+  // What the developer wrote with a decision that came too late: kept nowhere, so shown once, to copy.
+  function unrecorded(card, body) {
+    var typed = [["Your note", body.note], ["Your feedback", body.feedback]];
+    if (body.arguments) typed.push(["Your arguments", JSON.stringify(body.arguments)]);
+    var lines = typed.filter(function (item) { return item[1] && String(item[1]).trim(); });
+    if (!lines.length) return;
+    var box = el("div", "pg-unrecorded");
+    lines.forEach(function (item) { box.appendChild(el("p", "meta", item[0] + " (not recorded): " + item[1])); });
+    card.querySelector(".pg-decided").after(box);
   }
 
   function fail(card, message, field) {

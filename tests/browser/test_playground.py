@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 from agents.models import Approval, AuditEntry, Run, RunEvent, SideEffect
 from tests.browser.conftest import Viewer
 from tests.dashboard.conftest import XSS
+from tests.support.flows import decide
 
 pytestmark = pytest.mark.browser
 
@@ -160,3 +161,23 @@ def test_it_says_a_decision_that_did_not_reach_the_server_and_lets_it_be_sent_ag
     page.unroute("**/decide")
     card.locator(".pg-approve").click()
     expect(card.locator(".pg-approval-status")).to_have_text("approved")
+
+
+def test_it_shows_back_what_was_typed_when_someone_else_decided_first(
+    viewer: Callable[..., Viewer], alice: User, bob: User
+) -> None:
+    seen = viewer("alice", path="/playground/")
+    page = seen.page
+    page.select_option("#pg-agent", "support")
+    page.fill("#pg-input", REFUND)
+    page.click("#pg-run")
+    card = page.locator(".pg-approval")
+    expect(page.locator("#pg-status")).to_have_text("suspended")
+    decide(Approval.objects.get(), "approved", by="bob", auto_resume=False)  # from the inbox, meanwhile
+
+    card.locator(".pg-note").fill("the customer cancelled the order")
+    card.locator(".pg-reject").click()
+
+    expect(card.locator(".pg-decided")).to_contain_text("Approved by bob")
+    expect(card.locator(".pg-unrecorded")).to_contain_text("Your note (not recorded): the customer cancelled the order")
+    assert seen.errors == []
