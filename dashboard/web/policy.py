@@ -33,7 +33,7 @@ def policy_tool(request: HttpRequest, tool: str) -> HttpResponse:
     """Show one tool's settings and rules in plain words; with ?args=…&agent=…, the verdict for that call.
 
     An external tool (listed in the file, registered by no module: external agents' calls to it go
-    through the gate) has its settings shown, without the check, which runs a configured agent's tools.
+    through the gate) is checked as the gate would judge an agent account's call (&account=…).
     """
     policy = get_policy()
     external = tool not in registry.tools
@@ -47,11 +47,13 @@ def policy_tool(request: HttpRequest, tool: str) -> HttpResponse:
         "agents": agents,
         "agent": request.GET.get("agent") or (agents[0] if agents else ""),
         "arguments": request.GET.get("args", ""),
+        "account": request.GET.get("account", ""),
     }
     status = 200
-    if "args" in request.GET and not external:
+    if "args" in request.GET:
         try:
-            context["verdict"] = _check(tool, context["arguments"], context["agent"])
+            account = _account(context["account"]) if external else ""
+            context["verdict"] = _check(tool, context["arguments"], context["agent"], account)
             context["means"] = describe(context["verdict"])
         except (CheckError, ConfigError, text.UnsafeText) as exc:
             context["error"] = getattr(exc, "message", None) or str(exc)
@@ -59,13 +61,21 @@ def policy_tool(request: HttpRequest, tool: str) -> HttpResponse:
     return render(request, "dashboard/policy_tool.html", context, status=status)
 
 
-def _check(tool: str, raw: str, agent: str) -> Any:
+def _check(tool: str, raw: str, agent: str, account: str) -> Any:
     if len(raw) > MAX_ARGUMENTS_CHARS:
         raise CheckError(f"arguments: longer than {MAX_ARGUMENTS_CHARS} characters")
     arguments = text.loads_strict(raw or "{}", field="arguments")
     if not isinstance(arguments, dict):
         raise CheckError('arguments: must be a JSON object, like {"amount_cents": 1000}')
-    return check(tool, arguments, agent_name=text.require_clean(agent, field="agent"))
+    return check(tool, arguments, agent_name=text.require_clean(agent, field="agent"), account=account)
+
+
+def _account(account: str) -> str:
+    """Return the agent account an external call is checked for; one is needed, as the gate always has one."""
+    account = text.require_clean(account, field="account").strip()
+    if not account:
+        raise CheckError("account: name the agent account whose call to check (rules may read `account`)")
+    return account
 
 
 def _tool_summary(name: str, tool: ToolPolicy, listed: bool) -> dict[str, Any]:

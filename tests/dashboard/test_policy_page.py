@@ -170,9 +170,28 @@ def test_it_shows_an_external_tools_settings_from_the_link_the_list_gives(client
     html = page.content.decode()
     assert page.status_code == 200
     assert "one of finance" in html and "<strong>small</strong>: when <code>args.cents &lt;= 1000</code>" in html
-    assert 'name="args"' not in html and "An external tool" in html
-    assert client.get("/policy/wire_money", {"args": "{}"}).status_code == 200
+    assert 'name="account"' in html and "An external tool" in html
     assert client.get("/policy/no_such_tool").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("cents", "verdict"), [(500, "runs at once, allowed by policy:small"), (5000, "1 approval(s) from finance")]
+)
+def test_it_checks_an_external_agents_call_as_the_gate_would(client_for, alice, agent_config, cents, verdict):
+    agent_config(EXTERNAL)
+    query = {"account": "billing-bot", "agent": "billing", "args": json.dumps({"cents": cents})}
+
+    page = client_for(alice).get("/policy/wire_money", query)
+
+    assert page.status_code == 200 and verdict in page.content.decode()
+
+
+def test_it_asks_for_the_account_an_external_call_is_checked_for(client_for, alice, agent_config):
+    agent_config(EXTERNAL)
+
+    page = client_for(alice).get("/policy/wire_money", {"account": " ", "args": "{}"})
+
+    assert page.status_code == 400 and "name the agent account" in page.content.decode()
 
 
 def test_it_lists_and_shows_a_tool_whose_name_has_a_slash(client_for, alice, agent_config):
