@@ -170,8 +170,14 @@ def approval_extend(*, approval_id: str, by_seconds: float, attempt: Attempt) ->
         if locked.status != Approval.Status.PENDING or locked.expires_at is None:
             state = "has no deadline" if locked.status == Approval.Status.PENDING else f"is {locked.status}"
             raise WrongState(f"approval {approval_id} {state}: there is no deadline to extend")
-        before = locked.expires_at
-        locked.expires_at = max(before, timezone.now()) + timedelta(seconds=by_seconds)
+        before, now = locked.expires_at, timezone.now()
+        if (max(before, now) - now).total_seconds() + by_seconds > MAX_TIMEOUT_SECONDS:
+            # Piled-up extensions (or a scheduled call's far time) would pass the last date a deadline can hold.
+            raise InvalidInput(
+                f"by_seconds would put the deadline more than {MAX_TIMEOUT_SECONDS} seconds from now",
+                field="by_seconds",
+            )
+        locked.expires_at = max(before, now) + timedelta(seconds=by_seconds)
         Approval.objects.filter(pk=approval_id).update(expires_at=locked.expires_at)
         detail = {"by_seconds": by_seconds, "from": before.isoformat(), "to": locked.expires_at.isoformat()}
         _audit_extend(locked, attempt, AuditEntry.Outcome.DECIDED, detail)
