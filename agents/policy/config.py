@@ -431,6 +431,10 @@ def load(path: Path) -> Policy:
         raw = _safe_load_unique(content)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+    except RecursionError:  # PyYAML composes a node by recursion: thousands of nested brackets exhaust the stack
+        raise ConfigError(
+            f"{path}: not valid YAML: nested too deeply to read (lists or mappings inside each other)"
+        ) from None
     return parse(raw, path, version=policy_version(data))
 
 
