@@ -510,10 +510,19 @@ def mcp_tool_name(server: str, tool: str) -> str:
 def _mcp_tools(
     servers: dict[str, dict[str, ToolPolicy]], overrides: dict[str, ToolPolicy], path: Path
 ) -> dict[str, ToolPolicy]:
-    """Return the `mcp:` entries as tool_overrides; one tool configured in both places is refused."""
-    tools = {
-        mcp_tool_name(server, tool): policy for server, entries in servers.items() for tool, policy in entries.items()
-    }
+    """Return the `mcp:` entries as tool_overrides; a policy tool named by two entries, or in both places, is refused."""
+    tools: dict[str, ToolPolicy] = {}
+    entries_of: dict[str, str] = {}
+    for server, entries in servers.items():
+        for tool, policy in entries.items():
+            name, entry = mcp_tool_name(server, tool), f"server {server!r}, tool {tool!r}"
+            if name in tools:
+                # A dot in a server's or a tool's name: kept silently, the later entry would replace the other's gate.
+                raise ConfigError(
+                    f"{path}: mcp.{server}.{tool}: two entries name the policy tool {name} "
+                    f"({entries_of[name]}; {entry}); rename one of them"
+                )
+            tools[name], entries_of[name] = policy, entry
     for name in tools.keys() & overrides.keys():
         raise ConfigError(f"{path}: tool_overrides.{name}: configured under mcp: too; keep one of them")
     return tools

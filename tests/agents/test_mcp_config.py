@@ -37,3 +37,22 @@ def test_it_refuses_a_tool_configured_twice(tmp_path: Path) -> None:
 def test_it_names_the_key_of_a_bad_mcp_entry(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"mcp\.files\.read_file\.risk: must be one of low, high"):
         parse({"mcp": {"files": {"read_file": {"risk": "extreme"}}}}, tmp_path / "agentfast.yaml")
+
+
+def test_it_refuses_two_mcp_entries_that_name_the_same_policy_tool(tmp_path: Path) -> None:
+    # Server "files.archive" tool "purge" and server "files" tool "archive.purge" are both mcp.files.archive.purge:
+    # kept silently, the second entry would replace the first's gate.
+    raw = yaml.safe_load("""
+mcp:
+  files.archive:
+    purge: {risk: high, approvers: [user:alice]}
+  files:
+    archive.purge: {risk: low}
+""")
+
+    with pytest.raises(ConfigError) as error:
+        parse(raw, tmp_path / "agentfast.yaml")
+
+    message = str(error.value)
+    assert "mcp.files.archive.purge" in message and "mcp.files.archive" in message
+    assert "\n" not in message
