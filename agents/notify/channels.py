@@ -32,6 +32,9 @@ TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 ATTEMPT_SECONDS = 30.0
 # Standard Webhooks' shortest secret: a key anyone can guess lets anyone sign events receivers accept.
 MIN_SECRET_BYTES = 24
+# Slack's signing secrets are 32 hex characters: a shorter one was typed by hand ("changeme"), and a
+# guessed secret signs presses that decide as any linked reviewer.
+MIN_SLACK_SECRET_CHARS = 32
 ONE_CLICK_SALT = "agentfast.notify.one-click"
 ONE_CLICK_MAX_AGE = 24 * 3600
 USER_AGENT = "agentfast-notify/1"
@@ -132,9 +135,22 @@ def configuration_problems() -> list[str]:
                 _env(channel.webhook_url_env)
         except NotSendable as exc:
             problems.append(f"{where}: {exc}; its deliveries fail until it is")
-        if isinstance(channel, SlackChannel) and not settings.AGENTFAST_SLACK_SIGNING_SECRET:
-            problems.append(f"{where}: SLACK_SIGNING_SECRET is not set; presses of its buttons are refused")
+        if isinstance(channel, SlackChannel) and (problem := slack_secret_problem()):
+            problems.append(f"{where}: {problem}; presses of its buttons are refused")
     return problems
+
+
+def slack_secret_problem() -> str:
+    """Return why no Slack request can be trusted with the configured signing secret, or "" when it can."""
+    secret = settings.AGENTFAST_SLACK_SIGNING_SECRET
+    if not secret:
+        return "SLACK_SIGNING_SECRET is not set"
+    if len(secret) < MIN_SLACK_SECRET_CHARS:
+        return (
+            f"SLACK_SIGNING_SECRET is shorter than Slack's ({MIN_SLACK_SECRET_CHARS} characters): "
+            "a guessed secret signs any request"
+        )
+    return ""
 
 
 def _strong(secret: str) -> bool:

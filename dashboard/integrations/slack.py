@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 
 from agents import services, text
 from agents.models import Approval, AuditEntry
-from agents.notify.channels import DECISION_BLOCK, slack_outcome
+from agents.notify.channels import DECISION_BLOCK, slack_outcome, slack_secret_problem
 from agents.notify.models import Delivery, SlackLink
 from agents.notify.tasks import deliver
 from agents.services import notify as notify_services
@@ -105,9 +105,10 @@ def _sender(address: str) -> str:
 
 def _verify(request: HttpRequest) -> None:
     """Check Slack's v0 signature over the timestamp and the raw body, its age, and that it is new."""
+    problem = slack_secret_problem()
+    if problem:
+        raise Refused(f"{problem}: no Slack request can be verified")
     secret = settings.AGENTFAST_SLACK_SIGNING_SECRET
-    if not secret:
-        raise Refused("SLACK_SIGNING_SECRET is not set: no Slack request can be verified")
     stamp = request.headers.get("X-Slack-Request-Timestamp", "")
     signature = request.headers.get("X-Slack-Signature", "")
     # ASCII digits, and few: isdigit() alone admits "²", and int() refuses over 4,300 digits.

@@ -18,6 +18,7 @@ from django.test import Client
 
 from agents.models import Approval, AuditEntry
 from agents.notify import dispatch
+from agents.notify.channels import configuration_problems
 from agents.notify.models import Delivery
 from agents.services import notify as notify_services
 from tests.support.flows import decide, pending, start
@@ -251,3 +252,27 @@ def test_it_refuses_a_timestamp_only_python_calls_a_number(approval, slack, stam
     answer = _post(body, headers, django_capture_on_commit_callbacks)
     assert answer.status_code == 403 and "older than 5 minutes" in answer.json()["error"]
     assert Approval.objects.get(pk=approval.pk).status == "pending"
+
+
+@pytest.mark.parametrize("secret", ["changeme", "slack", "0123456789abcdef0123456789abcde"])  # the last: 31 of 32
+def test_it_decides_nothing_signed_with_a_signing_secret_anyone_could_guess(
+    approval, slack, settings, secret, django_capture_on_commit_callbacks
+):
+    settings.AGENTFAST_SLACK_SIGNING_SECRET = secret
+    body = _body(approval.id, "approved", "UALICE1", slack.url)
+
+    answer = _post(body, _signed(body, secret=secret), django_capture_on_commit_callbacks)
+
+    assert answer.status_code == 403
+    assert "SLACK_SIGNING_SECRET" in answer.json()["error"]
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert AuditEntry.objects.filter(action="slack_action", outcome="not_permitted").exists()
+
+
+def test_it_says_at_start_that_the_signing_secret_is_too_short(slack, settings):
+    settings.AGENTFAST_SLACK_SIGNING_SECRET = "changeme"
+
+    [problem] = configuration_problems()
+
+    assert problem.startswith("notifications[0] (slack): SLACK_SIGNING_SECRET is shorter than")
+    assert problem.endswith("presses of its buttons are refused")
