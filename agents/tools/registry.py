@@ -307,5 +307,25 @@ def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
 
 def load_tool_modules() -> None:
     """Import the built-in tools and those AGENTFAST_TOOL_MODULES names, registering them."""
-    for module in (*BUILTIN_TOOL_MODULES, *settings.AGENTFAST_TOOL_MODULES):
+    for module in BUILTIN_TOOL_MODULES:
         importlib.import_module(module)
+    for module in settings.AGENTFAST_TOOL_MODULES:
+        _import_named(module)
+
+
+def _import_named(module: str) -> None:
+    """Import a module AGENTFAST_TOOL_MODULES names; a name that finds no module stops the process in one line.
+
+    Only a missing module itself (or its package) is said in one line: an import failing inside
+    the operator's own module keeps its traceback, which shows where.
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if not exc.name or not f"{module}.".startswith(f"{exc.name}."):
+            raise
+        raise ImproperlyConfigured(f"AGENTFAST_TOOL_MODULES: {module!r} cannot be imported ({exc})") from None
+    except TypeError as exc:  # a relative name (".tools") has no package to be relative to
+        raise ImproperlyConfigured(f"AGENTFAST_TOOL_MODULES: {module!r} cannot be imported ({exc})") from None

@@ -80,3 +80,31 @@ def test_it_leases_and_sweeps_with_the_longest_durations_it_takes(db: None, sett
 
     assert services.run_lease(run_id=run.id, owner="w1") is not None
     assert sweeper.sweep().runs == []
+
+
+@pytest.mark.parametrize("modules", ["acme_tols", "acme.tools,nope_module", "agents..tools", ".tools"])
+def test_it_names_a_tool_module_it_cannot_import_in_one_line(tmp_path: Path, modules: str) -> None:
+    # A typo here stopped every command, the web process and the worker with an import traceback.
+    var = tmp_path / "var"
+    var.mkdir()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AGENTFAST_", "REDIS_", "DATABASE_"))}
+    clean.update(
+        DJANGO_SETTINGS_MODULE="dashboard.settings",
+        AGENTFAST_VAR_DIR=str(var),
+        PYTHONPATH=str(ROOT),
+        AGENTFAST_TOOL_MODULES=modules,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "runs", "list"],
+        cwd=ROOT,
+        check=False,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("agentfast: AGENTFAST_TOOL_MODULES: ")
+    assert "cannot be imported" in line
