@@ -506,10 +506,23 @@ CELERY_BEAT_SCHEDULE = {
 # -- Notifications (webhooks, email, chat) ---------------------------------------------------
 # Links in mails and chat messages point here.
 AGENTFAST_BASE_URL = _http_url("AGENTFAST_BASE_URL", "http://localhost:8321")
+
+
+def _email_url(name: str) -> dict[str, Any]:
+    """Read the mail backend's URL; one django-environ cannot read stops the process, naming the variable, not the URL.
+
+    The URL holds the mail server's password: only the problem is said.
+    """
+    try:
+        return env.email_url(name)
+    except (ValueError, ImproperlyConfigured) as exc:
+        raise ImproperlyConfigured(f"{name}: {exc} (like smtp://user:password@mail.example.com:587)") from None
+
+
 # EMAIL_URL (smtp://user:pass@host:587, consolemail://, …) chooses the mail backend; without
 # it, and without the usual EMAIL_BACKEND, mail is written to files under var/mail/.
 if env.str("EMAIL_URL", default=""):
-    vars().update(env.email_url("EMAIL_URL"))
+    vars().update(_email_url("EMAIL_URL"))
 elif env.str("EMAIL_BACKEND", default=""):
     EMAIL_BACKEND = env.str("EMAIL_BACKEND")
     EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")

@@ -225,6 +225,24 @@ def test_it_refuses_a_bad_setting_naming_it(tmp_path, variable, value, says):
     assert done.returncode != 0 and variable in done.stderr and says in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("smtp://mailer:s3cret@mail.example.com:submission", "could not be cast to integer"),
+        ("smtps://mailer:s3cret@mail.example.com:99999", "Port out of range"),
+        ("smpt://mailer:s3cret@mail.example.com", "Invalid email schema"),
+        ("mail.example.com", "Invalid email schema"),
+    ],
+)
+def test_it_refuses_a_bad_email_url_in_a_line_naming_it_and_not_its_password(tmp_path, value, says):
+    done = settings_of(tmp_path / "var", EMAIL_URL=value)
+
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode != 0
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: EMAIL_URL: ") and says in last
+    assert "s3cret" not in done.stderr
+
+
 # -- error pages (item 9) -----------------------------------------------------------------
 
 
