@@ -287,10 +287,12 @@ def _write_private(path: Path, content: str) -> None:
 
 
 def _say_configuration_problems() -> None:
-    """Print, before a process starts, what will make notifications fail (an unset secret, a weak one)."""
+    """Print, before a process starts, what will make notifications fail and what in agentfast.yaml looks like a typo."""
     from agents.notify.channels import configuration_problems
+    from agents.policy.config import configuration_problems as policy_problems
+    from agents.policy.config import get_policy
 
-    for problem in configuration_problems():
+    for problem in [*policy_problems(get_policy()), *configuration_problems()]:
         print(f"agentfast: warning: {problem}", file=sys.stderr, flush=True)
 
 

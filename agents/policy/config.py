@@ -24,6 +24,7 @@ Unknown keys are refused, and every error reads "<file>: <dotted.key>: <problem>
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 import re
@@ -620,6 +621,28 @@ def _check_tools_exist(
             expect_registered(tool_name, f"{where}tools[{index}]")
         for tool_name in agent.tool_overrides:
             expect_registered(tool_name, f"{where}tool_overrides.{tool_name}")
+
+
+def configuration_problems(policy: Policy) -> list[str]:
+    """Return what in the file looks like a mistake that weakens the gate, for the commands that start the site to say.
+
+    A name under tool_overrides that no module registers is an external agent's tool, so a typo
+    of a registered tool's name is no error, yet it leaves that tool unlisted: it runs without
+    asking anyone. Said when the name is one typo away from a registered tool the file does not list.
+    """
+    from agents.tools.registry import registry
+
+    problems = []
+    registered = [name for name in registry.names() if name not in policy.tool_overrides]
+    for name in policy.tool_overrides:
+        if name in registry:
+            continue
+        for near in difflib.get_close_matches(name, registered, n=1, cutoff=0.85):
+            problems.append(
+                f"{policy.path}: tool_overrides.{name}: no registered tool has this name, so it is taken for "
+                f"an external agent's tool; the registered {near!r} is not listed and runs without asking anyone"
+            )
+    return problems
 
 
 def _check_no_agent_rules(agents: dict[str, AgentSpec], path: Path, *, prefix: str) -> None:
