@@ -13,7 +13,7 @@ from agents.models import Approval
 from agents.notify import channels, payloads
 from agents.notify.config import EmailChannel, SlackChannel, WebhookChannel
 from agents.notify.models import Delivery
-from agents.policy.config import get_policy
+from agents.policy.config import USER_PREFIX, get_policy
 from agents.services import eligibility
 from agents.services import notify as notify_services
 from agents.services.notify import Target
@@ -36,7 +36,7 @@ def fan_out(event_type: str, approval_id: str) -> list[int]:
         # (a tool's run_at is not announced either).
         return []
     payload = payloads.event(event_type, approval)
-    targets = [target for channel in wanted for target in _targets(channel, payload)]
+    targets = [target for channel in wanted for target in _targets(channel, payload, approval)]
     ids = notify_services.deliveries_open(event_type=event_type, approval_id=approval_id, targets=targets)
     from agents.notify.tasks import deliver
 
@@ -45,14 +45,24 @@ def fan_out(event_type: str, approval_id: str) -> list[int]:
     return ids
 
 
-def _targets(channel: Any, payload: dict[str, Any]) -> list[Target]:
+def _targets(channel: Any, payload: dict[str, Any], approval: Approval) -> list[Target]:
     if isinstance(channel, WebhookChannel):
         return [Target(Delivery.Kind.WEBHOOK, channel.url, payload)]
     if isinstance(channel, SlackChannel):
         return [Target(Delivery.Kind.SLACK, channel.webhook_url_env, payload)]
     assert isinstance(channel, EmailChannel)
     mail = {**payload, "one_click": channel.one_click and payload["type"] != "approval.decided"}
-    return [Target(Delivery.Kind.EMAIL, username, mail) for username in recipients(channel.to)]
+    names = channel.to
+    if payload["type"] == "approval.escalated":
+        # The people it escalates to are told, whether or not the entry's `to:` names them: they
+        # are the ones the escalation is for (the entry's own recipients are told as well).
+        names = (*names, *_recipient_names(approval.escalate_to))
+    return [Target(Delivery.Kind.EMAIL, username, mail) for username in recipients(names)]
+
+
+def _recipient_names(approvers: list[str]) -> list[str]:
+    """Return approver names (a group, or user:NAME) as an email entry's `to:` writes them (group:NAME, or NAME)."""
+    return [name.removeprefix(USER_PREFIX) if name.startswith(USER_PREFIX) else f"group:{name}" for name in approvers]
 
 
 def recipients(names: tuple[str, ...]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Deadlines at the edges of time: extensions that would pass the last date a deadline can hold."""
+"""Deadlines at their edges: extensions past the last date a deadline can hold; whom an escalation reaches."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from django.test import Client
 
 from agents import services
 from agents.models import Approval, AuditEntry
+from agents.notify.models import Delivery
 from agents.policy.config import MAX_TIMEOUT_SECONDS
-from agents.services.deadlines import approval_extend
+from agents.services.deadlines import approval_deadline_fire, approval_extend
+from tests.agents.test_deadlines import past_deadline
 from tests.support.flows import pending, start
 
 REFUND = "Refund order A1001 for 25.00 USD"
@@ -25,6 +27,9 @@ agents:
     tools: [lookup_order, refund_request, send_email, ask_human]
 tool_overrides:
   refund_request: {refund}
+notifications:
+  - kind: email
+    to: [group:finance]
 """
 
 
@@ -67,3 +72,23 @@ def test_it_refuses_extensions_that_pile_a_deadline_up_past_the_longest_one(refu
 
     assert extended.expires_at is not None and extended.expires_at.year < 9999
     assert AuditEntry.objects.filter(action="extended", outcome="decided").count() == 1
+
+
+def test_it_mails_the_people_a_call_escalates_to_though_the_mail_entry_names_only_the_first(
+    refund_policy, carol, django_capture_on_commit_callbacks
+):
+    # DESIGN.md: at the deadline, escalate_to become approvers and "they are notified".
+    services.user_create(username="fiona", role="reviewer", email="fiona@example.com", groups=("finance",))
+    services.user_create(username="max", role="reviewer", email="max@example.com", groups=("managers",))
+    services.user_create(username="dan", role="reviewer", email="dan@example.com")
+    refund_policy(timeout="1h", on_timeout="escalate", escalate_to=["managers", "user:dan"])
+    with django_capture_on_commit_callbacks(execute=True):
+        [approval] = pending(start(REFUND))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert approval_deadline_fire(approval_id=past_deadline(approval).id) == "escalated"
+
+    asked = Delivery.objects.filter(approval_id=approval.id, event_type="approval.required")
+    escalated = Delivery.objects.filter(approval_id=approval.id, event_type="approval.escalated")
+    assert {d.target for d in asked} == {"fiona"}
+    assert {d.target for d in escalated} == {"fiona", "max", "dan"}
