@@ -262,6 +262,17 @@ LISTED = ToolPolicy()  # a tool under tool_overrides whose entry leaves the keys
 UNLISTED = ToolPolicy(risk="low")  # a tool nobody listed: it runs at once
 
 
+MAX_NAME_CHARS = 100  # Run.agent and Approval.tool hold this many
+
+
+def _short_names(entries: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a name longer than a run or an approval holds: the agent could never start, the tool never be gated."""
+    for name in entries:
+        if len(name) > MAX_NAME_CHARS:
+            raise _problem(f"the name {name[:40]!r}… has {len(name)} characters: at most {MAX_NAME_CHARS} characters")
+    return entries
+
+
 class AgentConfig(_Entry):
     """An entry under `agents:`, or the definition a run carries."""
 
@@ -272,6 +283,8 @@ class AgentConfig(_Entry):
     base_url: StrictStr | None = None
     description: StrictStr = ""
     tool_overrides: dict[StrictStr, ToolPolicy] = Field(default_factory=dict)
+
+    _tool_names = field_validator("tool_overrides")(_short_names)
 
     @field_validator("model")
     @classmethod
@@ -295,6 +308,8 @@ class ConfigFile(_Entry):
     notifications: list[NotificationConfig] = Field(default_factory=list)
     # `mcp: {SERVER: {TOOL: …}}`: the tools `agentfast mcp-proxy` serves, as policy tool `mcp.SERVER.TOOL`.
     mcp: dict[StrictStr, dict[StrictStr, ToolPolicy]] = Field(default_factory=dict)
+
+    _names = field_validator("agents", "tool_overrides")(_short_names)
 
     @field_validator("notifications")
     @classmethod
@@ -517,6 +532,11 @@ def _mcp_tools(
     for server, entries in servers.items():
         for tool, policy in entries.items():
             name, entry = mcp_tool_name(server, tool), f"server {server!r}, tool {tool!r}"
+            if len(name) > MAX_NAME_CHARS:
+                raise ConfigError(
+                    f"{path}: mcp: the policy tool {name[:40]!r}… has {len(name)} characters: "
+                    f"at most {MAX_NAME_CHARS} characters (mcp. and the server's and the tool's names)"
+                )
             if name in tools:
                 # A dot in a server's or a tool's name: kept silently, the later entry would replace the other's gate.
                 raise ConfigError(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.policy.config import ConfigError, load
+from agents.policy.config import ConfigError, load, parse
 
 
 @pytest.mark.parametrize(
@@ -49,3 +49,33 @@ def test_it_warns_at_start_of_a_listed_name_one_typo_away_from_a_tool_it_leaves_
     assert line.startswith(f"agentfast: warning: {path}: tool_overrides.refund_requests: ")
     assert "'refund_request'" in line and "without asking anyone" in line
     # wire_money is like no registered tool: an external agent's, said nothing of.
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"agents": {"a" * 101: {"tools": ["lookup_order"]}}}, "agents"),
+        ({"tool_overrides": {"t" * 101: {"risk": "high"}}}, "tool_overrides"),
+        ({"agents": {"support": {"tool_overrides": {"t" * 101: {}}}}}, "agents.support.tool_overrides"),
+        ({"mcp": {"s" * 50: {"t" * 50: {"risk": "high"}}}}, "mcp"),
+    ],
+    ids=["agent", "tool", "agents-own-tool", "mcp-tool"],
+)
+def test_it_refuses_a_name_longer_than_a_run_or_an_approval_can_hold(tmp_path: Path, raw: dict, key: str):
+    # Accepted, such an agent failed every start with "database error: value too long" (PostgreSQL),
+    # and such a tool's calls could never be gated.
+    path = tmp_path / "agentfast.yaml"
+
+    with pytest.raises(ConfigError) as error:
+        parse(raw, path)
+
+    message = str(error.value)
+    assert message.startswith(f"{path}: {key}: ") and "at most 100 characters" in message
+
+
+def test_it_still_takes_a_name_of_100_characters(tmp_path: Path):
+    raw = {"agents": {"a" * 100: {"tools": ["lookup_order"]}}, "tool_overrides": {"t" * 100: {"risk": "high"}}}
+
+    policy = parse(raw, tmp_path / "agentfast.yaml")
+
+    assert "a" * 100 in policy.agents and policy.tool_policy("t" * 100).gated
