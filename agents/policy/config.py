@@ -205,6 +205,12 @@ class Rule(_Deadline):
         return compile_cel(self.when)
 
 
+# The keys of a tool's entry that say who decides its calls and by when.
+_DECIDING_KEYS = frozenset(
+    {"approvers", "quorum", "four_eyes", "timeout", "timeout_seconds", "on_timeout", "escalate_to", "remind_every"}
+)
+
+
 class ToolPolicy(_Deadline):
     """What the calls of one tool need; the defaults are those of a tool listed under tool_overrides."""
 
@@ -235,6 +241,13 @@ class ToolPolicy(_Deadline):
         problem = self._deadline_problem(self.deadline_seconds)
         if problem:
             raise _problem(problem)
+        ignored = sorted(self.model_fields_set & _DECIDING_KEYS)
+        if self.risk == "low" and ignored and not any(rule.action == "ask" for rule in self.rules):
+            # Every call runs at once: approvers or a deadline beside it read as a gate that is not there.
+            raise _problem(
+                f"{', '.join(ignored)} would never apply: with risk: low every call runs without asking anyone "
+                "(write risk: high, or an ask rule they apply to)"
+            )
         return self
 
     @property

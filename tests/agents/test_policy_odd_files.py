@@ -79,3 +79,36 @@ def test_it_still_takes_a_name_of_100_characters(tmp_path: Path):
     policy = parse(raw, tmp_path / "agentfast.yaml")
 
     assert "a" * 100 in policy.agents and policy.tool_policy("t" * 100).gated
+
+
+@pytest.mark.parametrize(
+    ("entry", "keys"),
+    [
+        ({"risk": "low", "approvers": ["finance"]}, "approvers"),
+        ({"risk": "low", "quorum": 2, "four_eyes": True}, "four_eyes, quorum"),
+        ({"risk": "low", "timeout": "1h", "on_timeout": "approve"}, "on_timeout, timeout"),
+        (
+            {"risk": "low", "approvers": ["finance"], "rules": [{"name": "big", "when": "true", "action": "deny"}]},
+            "approvers",
+        ),
+    ],
+)
+def test_it_refuses_who_decides_on_a_tool_nobody_is_asked_about(tmp_path: Path, entry: dict, keys: str):
+    # `risk: low` runs every call at once: an entry naming approvers or a deadline beside it reads as a
+    # gate that is not there.
+    path = tmp_path / "agentfast.yaml"
+
+    with pytest.raises(ConfigError) as error:
+        parse({"tool_overrides": {"refund_request": entry}}, path)
+
+    message = str(error.value)
+    assert message.startswith(f"{path}: tool_overrides.refund_request: {keys} would never apply")
+
+
+def test_it_still_takes_approvers_beside_risk_low_for_its_ask_rules(tmp_path: Path):
+    rules = [{"name": "big", "when": "args.amount_cents > 5000", "action": "ask"}]
+    entry = {"risk": "low", "approvers": ["finance"], "quorum": 2, "rules": rules}
+
+    policy = parse({"tool_overrides": {"refund_request": entry}}, tmp_path / "agentfast.yaml")
+
+    assert policy.tool_policy("refund_request").approvers == ("finance",)
