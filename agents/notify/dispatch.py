@@ -6,7 +6,7 @@ import logging
 import time
 from typing import Any
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 
 from agents import queue
 from agents.models import Approval
@@ -77,12 +77,24 @@ def recipients(names: tuple[str, ...]) -> list[str]:
     for name in names:
         if name.startswith("group:"):
             users = User.objects.filter(groups__name=name.removeprefix("group:"), is_active=True)
-        else:
-            users = User.objects.filter(username=name, is_active=True)
-        users = users.filter(pk__in=readers).exclude(email="")
-        for username in users.order_by("username").values_list("username", flat=True):
-            found[username] = None
+        else:  # user:NAME as approvers write it, or NAME (no username holds a colon)
+            users = User.objects.filter(username=name.removeprefix(USER_PREFIX), is_active=True)
+        usernames = list(
+            users.filter(pk__in=readers).exclude(email="").order_by("username").values_list("username", flat=True)
+        )
+        if not usernames:
+            _say_unreached(name)
+        found.update(dict.fromkeys(usernames))
     return list(found)
+
+
+def _say_unreached(name: str) -> None:
+    """Log a name that reaches nobody: nothing is stored for it, so the deliveries page cannot show it."""
+    bare = not name.startswith(("group:", USER_PREFIX))
+    hint = f" (a group is written group:{name})" if bare and Group.objects.filter(name=name).exists() else ""
+    logger.warning(
+        "email notifications: %r is no active reviewer with an email address%s; nobody is mailed for it", name, hint
+    )
 
 
 def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:
