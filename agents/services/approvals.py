@@ -397,7 +397,7 @@ def _check_edit_permitted(approval: Approval, arguments: dict[str, Any]) -> None
     """
     if arguments_digest(arguments) == approval.digest:
         return  # not an edit: the arguments this approval was opened for (or last edited to)
-    verdict = _edit_verdict(approval, arguments)
+    verdict = verdict_now(approval, arguments)
     if verdict.action == "deny":
         message = f"the policy refuses these arguments: {verdict.reason}"
     elif verdict.action == "ask" and not _asks_at_least(approval, verdict):
@@ -412,11 +412,12 @@ def _check_edit_permitted(approval: Approval, arguments: dict[str, Any]) -> None
     raise _Refused(AuditEntry.Outcome.NOT_PERMITTED, detail, NotPermitted(message, field="arguments"))
 
 
-def _edit_verdict(approval: Approval, arguments: dict[str, Any]) -> Verdict:
+def verdict_now(approval: Approval, arguments: dict[str, Any]) -> Verdict:
     """Return what the policy says now of the approval's call with these arguments.
 
     Of the grants, only remembered rejections count: like deny rules they come before any
-    person is asked, so an edit must not carry a call onto arguments one of them refuses.
+    person is asked, so neither an edit nor a deadline carries a call onto arguments one of
+    them refuses. Raises ConfigError when the file cannot be read.
     """
     run = approval.run
     try:

@@ -23,8 +23,15 @@ from django.utils import timezone
 
 from agents import notify, queue
 from agents.models import Approval, AuditEntry
-from agents.policy.config import MAX_TIMEOUT_SECONDS
-from agents.services.approvals import Attempt, _lock_run, approval_approve_as, approval_expire, overdue
+from agents.policy.config import MAX_TIMEOUT_SECONDS, ConfigError
+from agents.services.approvals import (
+    Attempt,
+    _lock_run,
+    approval_approve_as,
+    approval_expire,
+    overdue,
+    verdict_now,
+)
 from agents.services.audit import audit_append
 from agents.services.eligibility import refusal_for_name
 from agents.services.errors import InvalidInput, NotFound, NotPermitted, WrongState
@@ -77,6 +84,9 @@ def approval_deadline_fire(*, approval_id: str) -> str:
        a decision, an extension or an earlier firing since the task was scheduled wins.
     2. Escalate once (when asked and not done yet), approve, run (scheduled), or expire. An
        `approve` expires instead when a vote edited the arguments short of its quorum.
+    3. The clock approves (or runs) only what the policy as it stands now lets through: a deny
+       rule or a remembered rejection added since the call was asked expires it instead, and
+       while the policy file cannot be read nothing is approved (the sweeper tries again).
     """
     with transaction.atomic():
         run_id = Approval.objects.filter(pk=approval_id).values_list("run_id", flat=True).first()
@@ -97,6 +107,17 @@ def approval_deadline_fire(*, approval_id: str) -> str:
             # overrule that person's change: neither runs.
             approval_expire(approval=approval, actor="system", reason=EDITED_SHORT_OF_QUORUM)
             return "expired"
+        if outcome in (Approval.OnTimeout.APPROVE, Approval.OnTimeout.RUN):
+            try:
+                verdict = verdict_now(approval, approval.current_arguments or {})
+            except ConfigError as exc:
+                logger.warning("deadline of %s not applied: the policy cannot be read (%s)", approval_id, exc)
+                return ""
+            if verdict.action == "deny":
+                approval_expire(
+                    approval=approval, actor="system", reason=f"the policy now refuses it: {verdict.reason}"
+                )
+                return "expired"
         if outcome == Approval.OnTimeout.APPROVE:
             approval_approve_as(approval=approval, actor=DEADLINE, note="approved by its deadline: nobody decided")
             return "approved"

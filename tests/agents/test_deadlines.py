@@ -132,6 +132,37 @@ def test_it_approves_at_the_deadline_audited_as_the_deadlines_decision(deadline)
     assert SideEffect.objects.filter(tool="refund_request").count() == 1
 
 
+@pytest.mark.parametrize("on_timeout", ["approve", "run"])
+def test_it_never_lets_the_clock_run_a_call_the_policy_has_come_to_deny(deadline, on_timeout):
+    deadline(timeout="1h", on_timeout="approve")
+    run = start(REFUND)
+    [approval] = pending(run)
+    Approval.objects.filter(pk=approval.pk).update(on_timeout=on_timeout)  # "run": a schedule rule's call
+    frozen = {"name": "frozen", "when": "true", "action": "deny", "reason": "refunds are frozen"}
+    deadline(timeout="1h", on_timeout="approve", rules=[frozen])  # the operator adds a deny rule meanwhile
+
+    assert approval_deadline_fire(approval_id=past_deadline(approval).id) == "expired"
+    run = resume(run)
+
+    approval.refresh_from_db()
+    assert (approval.status, approval.note) == ("expired", "the policy now refuses it: refunds are frozen")
+    assert tool_outputs(run)[-1]["error_code"] == "APPROVAL_EXPIRED"
+    assert not SideEffect.objects.exists()
+
+
+def test_it_approves_nothing_by_the_clock_while_the_policy_cannot_be_read(deadline):
+    path = deadline(timeout="1h", on_timeout="approve")
+    [approval] = pending(start(REFUND))
+    path.write_text("agents: [")  # an edit half-saved
+
+    assert approval_deadline_fire(approval_id=past_deadline(approval).id) == ""
+
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+    path.write_text(CONFIG.format(refund=json.dumps({"risk": "high", "timeout": "1h", "on_timeout": "approve"})))
+    assert approval_deadline_fire(approval_id=approval.id) == "approved"  # once it reads again
+
+
 def test_it_runs_no_edit_that_a_vote_short_of_its_quorum_made_when_the_deadline_approves(deadline):
     # Two of finance must approve; alice's vote changes the amount, then nobody else decides. The
     # deadline's approve would otherwise run arguments only alice approved (or overrule her edit).
