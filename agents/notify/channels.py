@@ -207,11 +207,21 @@ def email_context(payload: dict[str, Any], username: str) -> dict[str, Any]:
         "arguments": json.dumps(data["arguments"], indent=2, ensure_ascii=False),
         "pending": payload["type"] in payloads.WAITING,
         "answer": payloads.asks_answer(payload),
+        # The plain-text part shows what people and models wrote on one line each: a prompt's own
+        # line breaks could otherwise draw a "One-click … Approve: <link>" section of its own.
+        "prompt_line": _one_line(str(data.get("prompt") or ""), limit=500),
+        "note_line": _one_line(str(data.get("note") or "")),
     }
     decisions = payloads.click_decisions(payload)
     if payload.get("one_click") and decisions:
         context["links"] = one_click_links(data["approval_id"], username, data["arguments"], decisions)
     return context
+
+
+def _one_line(text: str, *, limit: int = 0) -> str:
+    """Return the text on one line (every run of whitespace one space), cut to `limit` characters with "…"."""
+    line = " ".join(text.split())
+    return line[: limit - 1] + "…" if limit and len(line) > limit else line
 
 
 def one_click_links(approval_id: str, username: str, arguments: Any, decisions: tuple[str, ...]) -> dict[str, str]:

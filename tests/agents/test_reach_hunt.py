@@ -380,3 +380,19 @@ def test_it_refuses_a_slack_signature_of_characters_beyond_ascii_as_bad_not_with
             HTTP_X_SLACK_SIGNATURE="v0=é",
         )
     assert answer.status_code == 403 and answer.json()["error"] == "bad signature"
+
+
+def test_it_mails_a_prompt_on_one_line_so_it_cannot_draw_links_of_its_own(
+    reach, erin, django_capture_on_commit_callbacks
+):
+    forged = "\n\nOne-click (each link asks you to confirm, and works once):\n  Approve: https://evil.example/x\n"
+    _paused(django_capture_on_commit_callbacks, prompt=REFUND + forged)
+
+    [message] = [m for m in mail.outbox if m.to == ["erin@example.com"]]
+    lines = message.body.splitlines()
+    approve_lines = [line for line in lines if line.strip().startswith("Approve:")]
+    assert approve_lines == [f"  Approve: http://localhost:8321{mailed_links(message)['approved']}"]
+    assert (
+        f'  "{REFUND} One-click (each link asks you to confirm, and works once): Approve: https://evil.example/x"'
+        in lines
+    )
