@@ -662,10 +662,20 @@ def configuration_problems(policy: Policy) -> list[str]:
     A name under tool_overrides that no module registers is an external agent's tool, so a typo
     of a registered tool's name is no error, yet it leaves that tool unlisted: it runs without
     asking anyone. Said when the name is one typo away from a registered tool the file does not list.
+    And an ask rule takes the tool's deadline keys it does not set: one asking more people than
+    the tool does still lets the clock approve its calls when the tool says `on_timeout: approve`.
     """
     from agents.tools.registry import registry
 
-    problems = []
+    problems = [
+        f"{policy.path}: tool_overrides.{name}.rules.{rule.name}: asks for {more}, yet takes the tool's "
+        "on_timeout: approve, so the clock approves its calls when nobody decides; give the rule its own "
+        "on_timeout (reject or escalate) unless that is meant"
+        for name, tool in policy.tool_overrides.items()
+        if tool.on_timeout == "approve"
+        for rule in tool.rules
+        if rule.action == "ask" and rule.on_timeout is None and (more := _asks_more(rule, tool))
+    ]
     registered = [name for name in registry.names() if name not in policy.tool_overrides]
     for name in policy.tool_overrides:
         if name in registry:
@@ -676,6 +686,15 @@ def configuration_problems(policy: Policy) -> list[str]:
                 f"an external agent's tool; the registered {near!r} is not listed and runs without asking anyone"
             )
     return problems
+
+
+def _asks_more(rule: Rule, tool: ToolPolicy) -> str:
+    """Return what an ask rule asks beyond its tool ("" when nothing): more approvals, or other approvers."""
+    if rule.quorum is not None and rule.quorum > tool.quorum:
+        return f"{rule.quorum} approvals where the tool asks {tool.quorum}"
+    if rule.approvers is not None and set(rule.approvers) != set(tool.approvers):
+        return f"other approvers ({', '.join(rule.approvers) or 'any reviewer'}) than the tool's"
+    return ""
 
 
 def _check_no_agent_rules(agents: dict[str, AgentSpec], path: Path, *, prefix: str) -> None:

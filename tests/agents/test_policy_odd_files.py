@@ -51,6 +51,34 @@ def test_it_warns_at_start_of_a_listed_name_one_typo_away_from_a_tool_it_leaves_
     # wire_money is like no registered tool: an external agent's, said nothing of.
 
 
+CLOCK_APPROVES_LARGE = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request]
+tool_overrides:
+  refund_request:
+    risk: high
+    timeout: 4h
+    on_timeout: approve
+    rules:
+      - {name: large, when: "args.amount_cents > 100000", action: ask, quorum: 2}
+      - {name: managers, when: "args.amount_cents > 50000", action: ask, approvers: [managers], on_timeout: reject}
+"""
+
+
+def test_it_warns_at_start_of_a_stricter_ask_rule_the_clock_still_approves(agent_config, capsys):
+    from dashboard.processes import _say_configuration_problems
+
+    path = agent_config(CLOCK_APPROVES_LARGE)
+
+    _say_configuration_problems()
+
+    [line] = capsys.readouterr().err.splitlines()  # "managers" sets its own on_timeout: nothing to say of it
+    assert line.startswith(f"agentfast: warning: {path}: tool_overrides.refund_request.rules.large: asks for 2 ")
+    assert "the clock approves its calls" in line
+
+
 @pytest.mark.parametrize(
     ("raw", "key"),
     [
