@@ -9,6 +9,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from agents import text
@@ -66,21 +67,30 @@ def delivery_claim(*, delivery_id: int, now: datetime | None = None, force: bool
 def delivery_record(
     *, delivery: Delivery, ok: bool, status_code: int | None, error: str, duration_ms: int, now: datetime | None = None
 ) -> Delivery:
-    """Store an attempt; mark the delivery delivered, due again after its backoff, or failed for good."""
+    """Store an attempt; mark the delivery delivered, due again after its backoff, or failed for good.
+
+    `delivery` is as delivery_claim returned it: its next_attempt_at is this attempt's claim. An
+    attempt that outlived its claim (a slow mail server) may find another one under way or done:
+    its success still delivers, but its failure only joins the log, never undoing the other's.
+    """
     now = now or timezone.now()
     attempts = delivery.attempts + 1
+    mine = Delivery.objects.filter(pk=delivery.pk)
     if ok:
+        mine = mine.exclude(status=Delivery.Status.DELIVERED)
         fields: dict[str, Any] = {"status": Delivery.Status.DELIVERED, "delivered_at": now, "next_attempt_at": None}
-    elif attempts >= MAX_ATTEMPTS:
-        fields = {"status": Delivery.Status.FAILED, "next_attempt_at": None}
     else:
-        fields = {"next_attempt_at": now + timedelta(seconds=BACKOFF[attempts - 1])}
-    fields.update(attempts=attempts, last_error="" if ok else text.repair(error)[:2000])
+        mine = mine.filter(status=Delivery.Status.PENDING, next_attempt_at=delivery.next_attempt_at)
+        if attempts >= MAX_ATTEMPTS:
+            fields = {"status": Delivery.Status.FAILED, "next_attempt_at": None}
+        else:
+            fields = {"next_attempt_at": now + timedelta(seconds=BACKOFF[attempts - 1])}
+    fields.update(attempts=F("attempts") + 1, last_error="" if ok else text.repair(error)[:2000])
     with transaction.atomic():
         DeliveryAttempt.objects.create(
             delivery=delivery, status_code=status_code, error=text.repair(error)[:2000], duration_ms=duration_ms
         )
-        Delivery.objects.filter(pk=delivery.pk).update(**fields)
+        mine.update(**fields)
     delivery.refresh_from_db()
     return delivery
 

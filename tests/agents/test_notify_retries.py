@@ -82,3 +82,26 @@ def test_it_delivers_what_no_message_carries_through_beats_sweep(
         assert receiver.ids() == [f"msg_{delivery.pk}"] and receiver.received[0].verified
     finally:
         receiver.stop()
+
+
+def test_it_keeps_a_delivery_delivered_when_an_attempt_that_outlived_its_claim_fails(
+    db, agent_config: Callable[[str], Path], monkeypatch, django_capture_on_commit_callbacks
+):
+    # A slow mail server: attempt A outlives its claim, the sweep's attempt B delivers, then A fails.
+    monkeypatch.setenv("TEST_WEBHOOK_SECRET", SECRET)
+    agent_config(
+        AGENT + "notifications:\n  - kind: webhook\n    url: http://127.0.0.1:9/\n    secret_env: TEST_WEBHOOK_SECRET\n"
+    )
+    delivery = Delivery.objects.get(approval_id=_paused(django_capture_on_commit_callbacks).id)
+    slow = notify_services.delivery_claim(delivery_id=delivery.pk, force=True)
+    later = timezone.now() + timedelta(seconds=notify_services.CLAIM_SECONDS + 1)
+    fast = notify_services.delivery_claim(delivery_id=delivery.pk, now=later)
+    assert slow is not None and fast is not None  # A's claim ran out: B took it
+
+    notify_services.delivery_record(delivery=fast, ok=True, status_code=200, error="", duration_ms=5, now=later)
+    after = notify_services.delivery_record(
+        delivery=slow, ok=False, status_code=None, error="SMTPServerDisconnected", duration_ms=95_000, now=later
+    )
+
+    assert (after.status, after.last_error) == (Delivery.Status.DELIVERED, "")
+    assert after.attempt_log.count() == 2  # both attempts are in its log
