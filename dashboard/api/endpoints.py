@@ -58,7 +58,9 @@ DECIDE = "approval_decide"  # the url name whose refusals the handlers audit
 DESCRIPTION = """
 Drive agentfast over HTTP. Authenticate with `Authorization: Bearer <token>`
 (`agentfast tokens create USER`) or, from a browser, the session cookie plus the
-`X-CSRFToken` header on POSTs. Only reviewers and admins may call it.
+`X-CSRFToken` header on POSTs. Only reviewers and admins may call it, but for what an
+agent account's token may do: the gate (`/api/gate` and its calls' wait, claim and
+result) and the events of its own sessions' runs.
 
 Errors are `{"error_code": "...", "message": "...", "field": "..."}` with the status
 saying what kind: 400 invalid input (`field` names it; a JSON object naming a key twice is
@@ -74,7 +76,8 @@ works, but the database walks past every row it skips. Cursors are opaque and si
 this list did not return is a 400 with `field: "cursor"`.
 
 **Server-sent events.** `GET /api/runs/{run_id}/events` replays a run's events, then
-streams them live, and closes after its `run_status` completed, failed or cancelled.
+streams them live, and closes after its `run_status` completed, failed or cancelled
+(an agent's token follows its own external sessions: the gate's `run_id`).
 Each frame is `id: <seq>`, `event: <type>`, `data: {"run_id", "seq", "event", "data"}`;
 reconnect with `Last-Event-ID` (or `?after=<seq>`) to get exactly what you missed.
 `delta` frames carry streamed tokens and have no id. `GET /api/events` streams every
