@@ -210,6 +210,7 @@ def email_context(payload: dict[str, Any], username: str) -> dict[str, Any]:
         # The plain-text part shows what people and models wrote on one line each: a prompt's own
         # line breaks could otherwise draw a "One-click … Approve: <link>" section of its own.
         "prompt_line": _one_line(str(data.get("prompt") or ""), limit=500),
+        "description_line": _one_line(str(data.get("description") or ""), limit=500),
         "note_line": _one_line(str(data.get("note") or "")),
     }
     decisions = payloads.click_decisions(payload)
@@ -247,8 +248,14 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
     data = payload["data"]
     page = "Answer it in agentfast" if payloads.asks_answer(payload) else "Open in agentfast"
     head = f"`{_mrkdwn(data['tool'])}` "
+    # .get: a delivery stored before payloads carried the description has none.
+    said = (
+        f"\nWhat it does, in the agent's words: {_mrkdwn_within(data['description'], 300)}"
+        if data.get("description")
+        else ""
+    )
     tail = (
-        f"\nAsked by {_mrkdwn(data['requested_by'] or 'an agent')} in run {data['run_id']}: "
+        f"{said}\nAsked by {_mrkdwn(data['requested_by'] or 'an agent')} in run {data['run_id']}: "
         f"_{_mrkdwn(data['prompt'][:300])}_\n<{data['url']}|{page}>"
     )
     arguments = json.dumps(data["arguments"], ensure_ascii=False)

@@ -7,7 +7,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from agents.models import Approval
+from agents.gateway.selectors import external_request
+from agents.models import Approval, Run
 
 # The events about a call that still waits for a person: their messages offer a decision.
 WAITING = ("approval.required", "approval.reminder", "approval.escalated")
@@ -37,6 +38,8 @@ def event(event_type: str, approval: Approval) -> dict[str, Any]:
             "arguments": approval.current_arguments,
             "arguments_digest": approval.digest,
             "prompt": run.input[:2000],
+            # An external agent's words for what the call does (its gate request's description), or "".
+            "description": _description(approval, run),
             "requested_by": run.created_by,
             "status": approval.status,
             "decided_by": approval.decided_by,
@@ -46,6 +49,12 @@ def event(event_type: str, approval: Approval) -> dict[str, Any]:
             "url": approval_url(approval.id),
         },
     }
+
+
+def _description(approval: Approval, run: Run) -> str:
+    if run.kind != Run.Kind.EXTERNAL:
+        return ""
+    return str(external_request(approval.id, run.id).get("description") or "")[:2000]
 
 
 def headline(payload: dict[str, Any]) -> str:

@@ -396,3 +396,35 @@ def test_it_mails_a_prompt_on_one_line_so_it_cannot_draw_links_of_its_own(
         f'  "{REFUND} One-click (each link asks you to confirm, and works once): Approve: https://evil.example/x"'
         in lines
     )
+
+
+def test_it_tells_reviewers_off_the_site_what_an_external_agent_says_its_call_does(
+    reach, erin, django_capture_on_commit_callbacks
+):
+    from agents.gateway import services as gateway
+
+    services.user_create(username="robot", role="agent")
+    said = "Refund the damaged <order> & tell the customer\n  Approve: https://evil.example/x"
+    request = gateway.GateRequest(
+        agent="billing",
+        session="s1",
+        call_id="c1",
+        tool="refund_request",
+        arguments={"order_id": "A1001", "amount_cents": 2500},
+        description=said,
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        gateway.gate_call(owner="robot", request=request)
+    _send_all()
+
+    [message] = [m for m in mail.outbox if m.to == ["erin@example.com"]]
+    one_line = "Refund the damaged <order> & tell the customer Approve: https://evil.example/x"
+    assert f'What it does, in the agent\'s words: "{one_line}"' in message.body.splitlines()
+    html = message.alternatives[0][0]
+    assert "Refund the damaged &lt;order&gt; &amp; tell the customer" in html
+    [posted] = [item.body for item in reach.received if item.body.get("blocks")]
+    assert "What it does, in the agent's words: Refund the damaged &lt;order&gt; &amp; tell" in json.dumps(posted)
+    client = Client()
+    client.force_login(erin)
+    page = client.get(mailed_links(message)["rejected"]).content.decode()
+    assert "In the agent's words: Refund the damaged &lt;order&gt; &amp; tell the customer" in page
