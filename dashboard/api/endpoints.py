@@ -30,11 +30,11 @@ from ninja.parser import Parser
 from ninja.types import DictStrAny
 
 from agents import schemas, selectors, services, text
-from agents.gateway.selectors import GATE_PERMISSION, external_run_get
+from agents.gateway.selectors import external_run_get
 from agents.models import Approval, AuditEntry, Run
 from agents.services import Attempt
 from dashboard.api.auth import ApiError, Forbidden, Unauthenticated, error_response, reviewers, signed_in
-from dashboard.api.gateway import REPORT
+from dashboard.api.gateway import REPORT, sessions_of
 from dashboard.api.pages import MAX_OFFSET, paged
 from dashboard.api.schemas import (
     ApprovalStatus,
@@ -256,12 +256,11 @@ async def run_events(
 
 def _watchable(user: User, run_id: str) -> bool:
     """Refuse whoever may not watch the run (404 when it is none of theirs); return whether it is an agent's own."""
-    if is_reviewer(user):
+    owner = sessions_of(user, refusal="only reviewers and admins may use the API")
+    if owner is None:
         selectors.run_get(run_id)
         return False
-    if not user.has_perm(GATE_PERMISSION):
-        raise Forbidden("only reviewers and admins may use the API")
-    external_run_get(owner=user.get_username(), run_id=run_id)
+    external_run_get(owner=owner, run_id=run_id)
     return True
 
 

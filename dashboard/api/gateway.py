@@ -144,18 +144,24 @@ async def approval_wait(
             found = await read(_call_for, viewer, approval_id)
 
 
-def _waiter(user: User) -> str | None:
-    """Return whose calls the user may wait on: their own (agent), any (None: a reviewer)."""
+def sessions_of(user: User, *, refusal: str) -> str | None:
+    """Return whose external sessions the user may follow: any (None: a reviewer), or their own (an agent).
+
+    Anyone else is refused with `refusal`.
+    """
     if is_reviewer(user):
         return None
     if user.has_perm(GATE_PERMISSION):
         return user.get_username()
-    raise Forbidden("only agent accounts and reviewers may wait on external calls")
+    raise Forbidden(refusal)
 
 
 def _call_for(viewer: sse.Viewer, approval_id: str) -> ExternalCall:
     """Return the call as the caller may see it; refuse, as their next request would be, once their access ended."""
-    return external_call_get(owner=_waiter(_still_signed_in(viewer)), approval_id=approval_id)
+    owner = sessions_of(
+        _still_signed_in(viewer), refusal="only agent accounts and reviewers may wait on external calls"
+    )
+    return external_call_get(owner=owner, approval_id=approval_id)
 
 
 def _still_signed_in(viewer: sse.Viewer) -> User:
