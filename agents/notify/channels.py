@@ -175,7 +175,7 @@ def _email(delivery: Delivery) -> None:
         raise NotSendable(f"{delivery.target} is no longer a reviewer")
     context = email_context(delivery.payload, user.username)
     # One line: a recorded name (the CLI's --by) may hold a line break, which no header may carry.
-    subject = " ".join(f"[agentfast] {payloads.headline(delivery.payload)}".split())
+    subject = _one_line(f"[agentfast] {payloads.headline(delivery.payload)}")
     text_body = render_to_string("dashboard/integrations/email.txt", context)
     html_body = render_to_string("dashboard/integrations/email.html", context)
     message = EmailMultiAlternatives(
