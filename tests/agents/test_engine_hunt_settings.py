@@ -17,12 +17,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _import_settings(var_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """Import the production settings in a fresh process with these variables (and none of ours) set."""
+    return _fresh_process(var_dir, ["-c", "import django; django.setup()"], **env)
+
+
+def _fresh_process(var_dir: Path, arguments: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    """Run Python with these arguments in a fresh process with these variables (and none of ours) set."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AGENTFAST_", "REDIS_", "DATABASE_"))}
     clean = {k: v for k, v in clean.items() if not k.startswith("OPENAI_")}
     clean.update(DJANGO_SETTINGS_MODULE="dashboard.settings", AGENTFAST_VAR_DIR=str(var_dir), PYTHONPATH=str(ROOT))
     clean.update(env)
     return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
+        [sys.executable, *arguments],
         cwd=ROOT,
         check=False,
         env=clean,
@@ -87,22 +92,7 @@ def test_it_names_a_tool_module_it_cannot_import_in_one_line(tmp_path: Path, mod
     # A typo here stopped every command, the web process and the worker with an import traceback.
     var = tmp_path / "var"
     var.mkdir()
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AGENTFAST_", "REDIS_", "DATABASE_"))}
-    clean.update(
-        DJANGO_SETTINGS_MODULE="dashboard.settings",
-        AGENTFAST_VAR_DIR=str(var),
-        PYTHONPATH=str(ROOT),
-        AGENTFAST_TOOL_MODULES=modules,
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "agents.cli", "runs", "list"],
-        cwd=ROOT,
-        check=False,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _fresh_process(var, ["-m", "agents.cli", "runs", "list"], AGENTFAST_TOOL_MODULES=modules)
 
     assert done.returncode == 1
     [line] = done.stderr.strip().splitlines()
