@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 from django.contrib.auth.models import User
-from playwright.sync_api import expect
+from playwright.sync_api import Locator, expect
 
 from agents.models import Approval, AuditEntry, Run, RunEvent, SideEffect
 from tests.browser.conftest import Viewer
@@ -122,13 +122,7 @@ def test_it_runs_an_agent_composed_on_the_page_within_agentfast_yamls_floor(
 def test_it_keeps_feedback_typed_before_approving_and_says_it_goes_with_a_rejection(
     viewer: Callable[..., Viewer], alice: User
 ) -> None:
-    seen = viewer("alice", path="/playground/")
-    page = seen.page
-    page.select_option("#pg-agent", "support")
-    page.fill("#pg-input", REFUND)
-    page.click("#pg-run")
-    card = page.locator(".pg-approval")
-    expect(card).to_be_visible()
+    seen, card = _paused_on_a_card(viewer)
 
     card.locator(".pg-revise summary").click()
     card.locator(".pg-feedback").fill("refund 20.00 instead")
@@ -143,22 +137,16 @@ def test_it_keeps_feedback_typed_before_approving_and_says_it_goes_with_a_reject
 def test_it_says_a_decision_that_did_not_reach_the_server_and_lets_it_be_sent_again(
     viewer: Callable[..., Viewer], alice: User
 ) -> None:
-    seen = viewer("alice", path="/playground/")
-    page = seen.page
-    page.select_option("#pg-agent", "support")
-    page.fill("#pg-input", REFUND)
-    page.click("#pg-run")
-    card = page.locator(".pg-approval")
-    expect(card).to_be_visible()
+    seen, card = _paused_on_a_card(viewer)
     card.locator(".pg-note").fill("checked with the customer")
 
-    page.route("**/decide", lambda route: route.abort())
+    seen.page.route("**/decide", lambda route: route.abort())
     card.locator(".pg-approve").click()
 
     expect(card.locator(".pg-card-error")).to_contain_text("not recorded")
     expect(card.locator(".pg-approve")).to_be_enabled()
     expect(card.locator(".pg-note")).to_have_value("checked with the customer")
-    page.unroute("**/decide")
+    seen.page.unroute("**/decide")
     card.locator(".pg-approve").click()
     expect(card.locator(".pg-approval-status")).to_have_text("approved")
 
@@ -166,13 +154,8 @@ def test_it_says_a_decision_that_did_not_reach_the_server_and_lets_it_be_sent_ag
 def test_it_shows_back_what_was_typed_when_someone_else_decided_first(
     viewer: Callable[..., Viewer], alice: User, bob: User
 ) -> None:
-    seen = viewer("alice", path="/playground/")
-    page = seen.page
-    page.select_option("#pg-agent", "support")
-    page.fill("#pg-input", REFUND)
-    page.click("#pg-run")
-    card = page.locator(".pg-approval")
-    expect(page.locator("#pg-status")).to_have_text("suspended")
+    seen, card = _paused_on_a_card(viewer)
+    expect(seen.page.locator("#pg-status")).to_have_text("suspended")
     decide(Approval.objects.get(), "approved", by="bob", auto_resume=False)  # from the inbox, meanwhile
 
     card.locator(".pg-note").fill("the customer cancelled the order")
@@ -181,3 +164,14 @@ def test_it_shows_back_what_was_typed_when_someone_else_decided_first(
     expect(card.locator(".pg-decided")).to_contain_text("Approved by bob")
     expect(card.locator(".pg-unrecorded")).to_contain_text("Your note (not recorded): the customer cancelled the order")
     assert seen.errors == []
+
+
+def _paused_on_a_card(viewer: Callable[..., Viewer]) -> tuple[Viewer, Locator]:
+    """Run the refund prompt in alice's playground; return her viewer and the card of the call it paused on."""
+    seen = viewer("alice", path="/playground/")
+    seen.page.select_option("#pg-agent", "support")
+    seen.page.fill("#pg-input", REFUND)
+    seen.page.click("#pg-run")
+    card = seen.page.locator(".pg-approval")
+    expect(card).to_be_visible()
+    return seen, card
