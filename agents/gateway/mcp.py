@@ -152,7 +152,7 @@ class Gateway:
         # With the grants: a call one allows is decided already, as by an allow rule.
         verdict = evaluate(gateway.policy_for(policy_tool, unlisted), facts, grant_lookup=grant_match)
         # A call held until a later time is picked up by the identical call again, as an asked one is.
-        held = verdict.action == "schedule" and verdict.run_at is not None and verdict.run_at > now
+        held = verdict.held_until(now) is not None
         return derived if verdict.action == "ask" or held else f"{derived}_{uuid.uuid4().hex[:12]}"
 
     def _account_ended(self) -> types.CallToolResult:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -201,9 +201,9 @@ def _planned(call_id: str, request: GateRequest, verdict: Verdict) -> PlannedCal
         automatic = verdict if verdict.automatic else None
         return PlannedCall(call_id, request.tool, request.arguments, ToolCall.Status.PROPOSED, verdict=automatic)
     if verdict.action == "schedule":  # as the driver plans it: its time (the deadline) runs it; a time past, now
-        if verdict.run_at is None or verdict.run_at <= timezone.now():
+        expires_at = verdict.held_until(timezone.now())
+        if expires_at is None:
             return PlannedCall(call_id, request.tool, request.arguments, ToolCall.Status.PROPOSED)
-        expires_at: datetime | None = verdict.run_at
     else:
         expires_at = timezone.now() + timedelta(seconds=verdict.timeout_seconds) if verdict.timeout_seconds else None
     return PlannedCall(

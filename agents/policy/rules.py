@@ -100,6 +100,12 @@ class Verdict:
             return f"policy:{self.rule}"
         return ""
 
+    def held_until(self, now: datetime) -> datetime | None:
+        """Return when a schedule rule's call runs, while that is later than `now`; None: it runs now (or is no schedule)."""
+        if self.action != "schedule" or self.run_at is None or self.run_at <= now:
+            return None
+        return self.run_at
+
     @property
     def automatic(self) -> bool:
         """Return whether a rule or grant decided: the call gets an approval row decided by the policy."""

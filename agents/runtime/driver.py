@@ -427,7 +427,8 @@ class _Driver:
 
     def _scheduled(self, call_id: str, name: str, arguments: dict[str, Any], verdict: Verdict) -> PlannedCall:
         """Plan a call a schedule rule delays: a suspend approval its time (expires_at) runs; now: it runs."""
-        if verdict.run_at is None or verdict.run_at <= timezone.now():
+        run_at = verdict.held_until(timezone.now())
+        if run_at is None:
             return PlannedCall(call_id=call_id, name=name, arguments=arguments, status=ToolCall.Status.PROPOSED)
         return PlannedCall(
             call_id=call_id,
@@ -435,7 +436,7 @@ class _Driver:
             arguments=arguments,
             status=ToolCall.Status.AWAITING_APPROVAL,
             hitl_mode=Approval.Mode.SUSPEND,
-            expires_at=verdict.run_at,
+            expires_at=run_at,
             verdict=verdict,
         )
 
