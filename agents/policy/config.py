@@ -29,6 +29,7 @@ import hashlib
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -657,35 +658,46 @@ def _check_tools_exist(
 
 
 def configuration_problems(policy: Policy) -> list[str]:
-    """Return what in the file looks like a mistake that weakens the gate, for the commands that start the site to say.
+    """Return what in the file looks like a mistake that weakens the gate, for the commands that start the site to say."""
+    return [*_rules_the_clock_approves(policy), *_typos_of_registered_tools(policy)]
 
-    A name under tool_overrides that no module registers is an external agent's tool, so a typo
-    of a registered tool's name is no error, yet it leaves that tool unlisted: it runs without
-    asking anyone. Said when the name is one typo away from a registered tool the file does not list.
-    And an ask rule takes the tool's deadline keys it does not set: one asking more people than
-    the tool does still lets the clock approve its calls when the tool says `on_timeout: approve`.
+
+def _rules_the_clock_approves(policy: Policy) -> Iterator[str]:
+    """Say each ask rule that asks more than its tool, yet takes the tool's `on_timeout: approve`.
+
+    An ask rule takes the tool's deadline keys it does not set: one asking more people than the
+    tool does still lets the clock approve its calls.
+    """
+    for name, tool in policy.tool_overrides.items():
+        if tool.on_timeout != "approve":
+            continue
+        for rule in tool.rules:
+            more = _asks_more(rule, tool) if rule.action == "ask" and rule.on_timeout is None else ""
+            if more:
+                yield (
+                    f"{policy.path}: tool_overrides.{name}.rules.{rule.name}: asks for {more}, yet takes the "
+                    "tool's on_timeout: approve, so the clock approves its calls when nobody decides; give the "
+                    "rule its own on_timeout (reject or escalate) unless that is meant"
+                )
+
+
+def _typos_of_registered_tools(policy: Policy) -> Iterator[str]:
+    """Say each tool_overrides name one typo away from a registered tool the file does not list.
+
+    A name that no module registers is an external agent's tool, so such a typo is no error, yet
+    it leaves the registered tool unlisted: it runs without asking anyone.
     """
     from agents.tools.registry import registry
 
-    problems = [
-        f"{policy.path}: tool_overrides.{name}.rules.{rule.name}: asks for {more}, yet takes the tool's "
-        "on_timeout: approve, so the clock approves its calls when nobody decides; give the rule its own "
-        "on_timeout (reject or escalate) unless that is meant"
-        for name, tool in policy.tool_overrides.items()
-        if tool.on_timeout == "approve"
-        for rule in tool.rules
-        if rule.action == "ask" and rule.on_timeout is None and (more := _asks_more(rule, tool))
-    ]
     registered = [name for name in registry.names() if name not in policy.tool_overrides]
     for name in policy.tool_overrides:
         if name in registry:
             continue
         for near in difflib.get_close_matches(name, registered, n=1, cutoff=0.85):
-            problems.append(
+            yield (
                 f"{policy.path}: tool_overrides.{name}: no registered tool has this name, so it is taken for "
                 f"an external agent's tool; the registered {near!r} is not listed and runs without asking anyone"
             )
-    return problems
 
 
 def _asks_more(rule: Rule, tool: ToolPolicy) -> str:
