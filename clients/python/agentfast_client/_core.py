@@ -408,13 +408,14 @@ class Gate(_Base):
 
         def decorate(fn: F) -> F:
             name = tool or fn.__name__
+            call = _unbound(fn)  # the approved arguments, back into fn's own signature
 
             @functools.wraps(fn)
             def guarded(*args: Any, call_id: str | None = None, session: str | None = None, **kwargs: Any) -> Any:
                 arguments = _bound(fn, args, kwargs)
                 desc = description or (fn.__doc__ or "").strip()
                 permit = self.require(name, arguments, session=session, call_id=call_id, description=desc)
-                return self.run(permit, _unbound(fn))
+                return self.run(permit, call)
 
             return guarded  # type: ignore[return-value]
 
@@ -509,13 +510,14 @@ class AsyncGate(_Base):
 
         def decorate(fn: F) -> F:
             name = tool or fn.__name__
+            call = _unbound(fn)  # the approved arguments, back into fn's own signature
 
             @functools.wraps(fn)
             async def guarded(*args: Any, call_id: str | None = None, session: str | None = None, **kwargs: Any) -> Any:
                 arguments = _bound(fn, args, kwargs)
                 desc = description or (fn.__doc__ or "").strip()
                 permit = await self.require(name, arguments, session=session, call_id=call_id, description=desc)
-                return await self.run(permit, _unbound(fn))
+                return await self.run(permit, call)
 
             return guarded  # type: ignore[return-value]
 
