@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
@@ -15,6 +16,7 @@ from agents.tools import registry
 from dashboard.auth import reviewer_required
 
 MAX_ARGUMENTS_CHARS = 10_000
+ACCOUNT_CHARS = cast(int, User._meta.get_field("username").max_length)  # an agent account is a user
 
 
 @require_GET
@@ -75,6 +77,8 @@ def _account(account: str) -> str:
     account = text.require_clean(account, field="account").strip()
     if not account:
         raise CheckError("account: name the agent account whose call to check (rules may read `account`)")
+    if len(account) > ACCOUNT_CHARS:
+        raise CheckError(f"account: an account's name has at most {ACCOUNT_CHARS} characters")
     return account
 
 

@@ -186,12 +186,15 @@ def test_it_checks_an_external_agents_call_as_the_gate_would(client_for, alice, 
     assert page.status_code == 200 and verdict in page.content.decode()
 
 
-def test_it_asks_for_the_account_an_external_call_is_checked_for(client_for, alice, agent_config):
+@pytest.mark.parametrize(
+    ("account", "said"), [(" ", "name the agent account"), ("x" * 151, "at most 150 characters"), ("a\x00b", "NUL")]
+)
+def test_it_asks_for_the_account_an_external_call_is_checked_for(client_for, alice, agent_config, account, said):
     agent_config(EXTERNAL)
 
-    page = client_for(alice).get("/policy/wire_money", {"account": " ", "args": "{}"})
+    page = client_for(alice).get("/policy/wire_money", {"account": account, "args": "{}"})
 
-    assert page.status_code == 400 and "name the agent account" in page.content.decode()
+    assert page.status_code == 400 and said in page.content.decode()
 
 
 def test_it_lists_and_shows_a_tool_whose_name_has_a_slash(client_for, alice, agent_config):
