@@ -288,6 +288,11 @@ def slack_outcome(headline: str, payload: dict[str, Any] | None = None) -> dict[
     }
 
 
+def slack_reply(headline: str) -> dict[str, Any]:
+    """Return the answer only the presser sees; mrkdwn too, so names and messages in it are escaped."""
+    return {"text": _mrkdwn(headline), "response_type": "ephemeral"}
+
+
 _BUTTONS = {"approved": ("Approve", "primary"), "rejected": ("Reject", "danger")}
 
 

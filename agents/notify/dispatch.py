@@ -21,6 +21,8 @@ from agents.services.notify import Target
 logger = logging.getLogger(__name__)
 # The backend that holds permissions (django-axes, first in AUTHENTICATION_BACKENDS, holds none).
 PERMISSIONS_BACKEND = "django.contrib.auth.backends.ModelBackend"
+# The deliveries a person reads, which ask them to decide while the call waits.
+HUMAN_KINDS = (Delivery.Kind.EMAIL, Delivery.Kind.SLACK)
 
 
 def fan_out(event_type: str, approval_id: str) -> list[int]:
@@ -101,13 +103,16 @@ def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:
     """Make one attempt at a due delivery; return what became of it.
 
     1. Claim it (a compare-and-set: a duplicate message or the sweeper's re-enqueue finds it taken).
-    2. Send it; a 2xx (or a mail handed to the backend) delivers it.
-    3. Store the attempt; a failure is due again after its backoff, re-enqueued with that countdown
+    2. Drop a mail or chat message asking for a decision that was made meanwhile (superseded).
+    3. Send it; a 2xx (or a mail handed to the backend) delivers it.
+    4. Store the attempt; a failure is due again after its backoff, re-enqueued with that countdown
        (beat's sweep enqueues it instead when it is far off).
     """
     delivery = notify_services.delivery_claim(delivery_id=delivery_id, now=now, force=force)
     if delivery is None:
         return "skipped"
+    if reason := _settled(delivery):
+        return notify_services.delivery_supersede(delivery=delivery, reason=reason).status
     started = time.monotonic()
     try:
         status_code = channels.send(delivery)
@@ -123,6 +128,25 @@ def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:
     if delivery.status == Delivery.Status.PENDING and delivery.next_attempt_at is not None:
         _retry_later(delivery)
     return delivery.status
+
+
+def _settled(delivery: Delivery) -> str:
+    """Return why a person's message asking for a decision is no longer worth sending, or "" while the call waits.
+
+    A mail or chat message retried after its call was decided (the mail server was down for an
+    hour) would still ask for a decision and offer buttons that can only be refused. A webhook
+    is sent regardless: it is a record of the event for a program, not a question to a person.
+    """
+    if delivery.kind not in HUMAN_KINDS or delivery.event_type not in payloads.WAITING:
+        return ""
+    approval = Approval.objects.filter(pk=delivery.approval_id).only("status", "decided_by").first()
+    if approval is None:
+        return "not sent: its approval no longer exists"
+    if approval.status == Approval.Status.PENDING:
+        return ""
+    if approval.status == Approval.Status.EXPIRED:
+        return "not sent: the call expired before this message went out"
+    return f"not sent: the call was {approval.status} by {approval.decided_by} before this message went out"
 
 
 def _retry_later(delivery: Delivery) -> None:

@@ -19,6 +19,8 @@ class Delivery(models.Model):
         PENDING = "pending"
         DELIVERED = "delivered"
         FAILED = "failed"  # gave up after the last attempt
+        # Not sent: a message asking people to decide a call that was decided (or expired) before it went out.
+        SUPERSEDED = "superseded"
 
     kind = models.CharField(max_length=20, choices=Kind.choices)
     target = models.CharField(max_length=500)  # URL, username, or the env var naming a chat webhook

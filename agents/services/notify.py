@@ -95,6 +95,15 @@ def delivery_record(
     return delivery
 
 
+def delivery_supersede(*, delivery: Delivery, reason: str) -> Delivery:
+    """Give up a claimed delivery unsent because what it asks is settled; its claim must still be current."""
+    Delivery.objects.filter(
+        pk=delivery.pk, status=Delivery.Status.PENDING, next_attempt_at=delivery.next_attempt_at
+    ).update(status=Delivery.Status.SUPERSEDED, next_attempt_at=None, last_error=text.repair(reason)[:2000])
+    delivery.refresh_from_db()
+    return delivery
+
+
 def delivery_redeliver(*, delivery_id: int, attempt: Attempt) -> Delivery:
     """Send a delivery again now, with the same webhook-id, whatever happened to it; audited."""
     from agents.notify.tasks import deliver  # the tasks call these services

@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 
 from agents import services, text
 from agents.models import Approval, AuditEntry
-from agents.notify.channels import DECISION_BLOCK, slack_outcome, slack_secret_problem
+from agents.notify.channels import DECISION_BLOCK, slack_outcome, slack_reply, slack_secret_problem
 from agents.notify.models import Delivery, SlackLink
 from agents.notify.tasks import deliver
 from agents.services import notify as notify_services
@@ -60,7 +60,7 @@ def actions(request: HttpRequest) -> HttpResponse:
     # buttons stay for the people who may press them.
     if settled:
         _update_message(action["response_url"], headline)
-    return JsonResponse({"text": headline, "response_type": "ephemeral"})
+    return JsonResponse(slack_reply(headline))
 
 
 def _audit_refused(origin: str, address: str, reason: str) -> None:

@@ -105,6 +105,24 @@ def test_it_shows_who_decided_first_elsewhere(mailed, erin, bob, django_capture_
     assert b"refund_request was already rejected by bob" in page.content
 
 
+def test_it_mails_no_links_for_a_call_decided_before_the_mail_went_out(
+    mailed, erin, bob, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        approval = pending(start(REFUND))[0]
+    [asking] = Delivery.objects.filter(kind="email")  # the mail server was down when the call paused
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(approval, "approved", by="bob")
+
+    assert dispatch.send(asking.pk) == "superseded"
+    assert mail.outbox == []
+    asking.refresh_from_db()
+    assert (asking.status, asking.last_error) == (
+        "superseded",
+        "not sent: the call was approved by bob before this message went out",
+    )
+
+
 def test_it_refuses_a_forged_or_altered_link(mailed, erin, django_capture_on_commit_callbacks):
     _paused_and_mailed(django_capture_on_commit_callbacks)
     path = mailed_links(mail.outbox[0])["approved"]

@@ -116,11 +116,44 @@ def test_it_decides_as_the_linked_reviewer_and_updates_the_message(approval, sla
 
 
 def test_it_tells_the_channel_about_a_decision_made_elsewhere(approval, slack, django_capture_on_commit_callbacks):
+    _send_all("slack")  # the message asking for a decision
     with django_capture_on_commit_callbacks(execute=True):
         decide(approval, "rejected", by="bob", feedback="too much")
     _send_all("slack")
     texts = [item.body["text"] for item in slack.received]
     assert "refund_request was rejected by bob" in texts
+
+
+def test_it_posts_no_buttons_for_a_call_decided_before_the_message_went_out(
+    approval, slack, django_capture_on_commit_callbacks
+):
+    [asking] = Delivery.objects.filter(kind="slack")  # Slack was down when the call paused: not sent yet
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(approval, "rejected", by="bob", feedback="too much")
+
+    assert dispatch.send(asking.pk) == "superseded"
+    _send_all("slack")  # the decision itself is still told
+
+    assert [item.body["text"] for item in slack.received] == ["refund_request was rejected by bob"]
+    asking.refresh_from_db()
+    assert (asking.attempts, asking.next_attempt_at) == (0, None)
+    assert asking.last_error == "not sent: the call was rejected by bob before this message went out"
+    assert notify_services.deliveries_due() == []  # nor does the sweep send it later
+
+
+def test_it_escapes_names_in_the_answer_only_the_presser_reads(
+    slack, alice, agent_config, django_capture_on_commit_callbacks
+):
+    agent_config(CONFIG.replace("hitl_mode: suspend}", "hitl_mode: suspend, approvers: ['<!channel> & co']}"))
+    notify_services.slacklink_set(username="alice", slack_id="UALICE1")
+    with django_capture_on_commit_callbacks(execute=True):
+        approval = pending(start(REFUND))[0]
+
+    body = _body(approval.id, "approved", "UALICE1", slack.url)
+    text = _post(body, _signed(body), django_capture_on_commit_callbacks).json()["text"]
+
+    assert "not among the approvers" in text
+    assert "&lt;!channel&gt; &amp; co" in text and "<!channel>" not in text
 
 
 @pytest.mark.parametrize(
