@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.auth.models import Group, User
+from django.db import connections
 
 from agents import queue
 from agents.models import Approval
@@ -115,7 +119,8 @@ def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:
         return notify_services.delivery_supersede(delivery=delivery, reason=reason).status
     started = time.monotonic()
     try:
-        status_code = channels.send(delivery)
+        with _claim_kept(delivery):
+            status_code = channels.send(delivery)
         ok, error = status_code is None or 200 <= status_code < 300, ""
         if not ok:
             error = f"HTTP {status_code}"
@@ -128,6 +133,34 @@ def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:
     if delivery.status == Delivery.Status.PENDING and delivery.next_attempt_at is not None:
         _retry_later(delivery)
     return delivery.status
+
+
+@contextmanager
+def _claim_kept(delivery: Delivery) -> Iterator[None]:
+    """Renew the delivery's claim while its attempt runs, so that the sweep starts no second copy beside it.
+
+    A slow mail server answers each step within its timeout and can still take minutes in all
+    (an HTTP attempt is bounded whole, a mail's steps only one by one). A worker that dies stops
+    renewing, and the claim runs out as before; a send hung for KEEP_CLAIM_SECONDS is let go.
+    """
+    stop = threading.Event()
+
+    def keep() -> None:
+        deadline = time.monotonic() + notify_services.KEEP_CLAIM_SECONDS
+        try:
+            while not stop.wait(notify_services.CLAIM_SECONDS / 3) and time.monotonic() < deadline:
+                if not notify_services.delivery_keep_claim(delivery=delivery):
+                    return
+        finally:
+            connections.close_all()  # this thread's own, if it opened one
+
+    keeper = threading.Thread(target=keep, name=f"delivery-{delivery.pk}-claim", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join()  # the attempt is recorded against the claim as last renewed
 
 
 def _settled(delivery: Delivery) -> str:

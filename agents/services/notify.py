@@ -21,8 +21,10 @@ from agents.services.errors import InvalidInput, NotFound
 # Seconds to wait after each failed attempt: about a day in all, then the delivery is given up.
 BACKOFF = (5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800, 21600, 21600, 21600)
 MAX_ATTEMPTS = len(BACKOFF) + 1
-# A claimed delivery is not claimed again for this long: its worker is sending it.
+# A claimed delivery is not claimed again for this long: its worker is sending it (and renews the
+# claim while it does, up to KEEP_CLAIM_SECONDS in all: a send hung past that is tried again).
 CLAIM_SECONDS = 60
+KEEP_CLAIM_SECONDS = 600
 REPLAY_WINDOW = timedelta(minutes=10)  # longer than the 5 minutes a signed Slack request is accepted for
 
 
@@ -62,6 +64,21 @@ def delivery_claim(*, delivery_id: int, now: datetime | None = None, force: bool
     if not due.update(next_attempt_at=now + timedelta(seconds=CLAIM_SECONDS)):
         return None
     return Delivery.objects.get(pk=delivery_id)
+
+
+def delivery_keep_claim(*, delivery: Delivery) -> bool:
+    """Renew the claim of an attempt still under way; False once it is no longer this attempt's.
+
+    `delivery` is as delivery_claim returned it; its next_attempt_at becomes the renewed claim.
+    """
+    until = timezone.now() + timedelta(seconds=CLAIM_SECONDS)
+    mine = Delivery.objects.filter(
+        pk=delivery.pk, status=Delivery.Status.PENDING, next_attempt_at=delivery.next_attempt_at
+    )
+    if not mine.update(next_attempt_at=until):
+        return False
+    delivery.next_attempt_at = until
+    return True
 
 
 def delivery_record(

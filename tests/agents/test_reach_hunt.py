@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 import pytest
 from django.contrib.auth.models import User
 from django.core import mail
+from django.db import connections
 from django.http import HttpResponse
 from django.test import Client
 
@@ -356,6 +357,96 @@ def test_it_gives_up_a_mail_attempt_on_a_server_that_never_answers(
     # minute has passed the sweeper sends the same mail again beside it.
     assert time.monotonic() - began < 8
     assert status == "pending" and "timed out" in Delivery.objects.get(pk=delivery.pk).last_error
+
+
+class SlowSmtp:
+    """A mail server that answers every step correctly, each a little under the client's timeout."""
+
+    def __init__(self, pause: float) -> None:
+        self.pause, self.messages = pause, 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection = self.listener.accept()[0]
+                threading.Thread(target=self._talk, args=(connection,), daemon=True).start()
+
+    def _talk(self, connection: socket.socket) -> None:
+        with connection, connection.makefile("rb") as lines:
+            self._say(connection, "220 slow ESMTP")
+            for line in lines:
+                command = line.decode().strip().upper()
+                if command == "DATA":
+                    self._say(connection, "354 go on")
+                    for body_line in lines:
+                        if body_line == b".\r\n":
+                            break
+                    self.messages += 1
+                self._say(connection, "221 bye" if command == "QUIT" else "250 ok")
+                if command == "QUIT":
+                    return
+
+    def _say(self, connection: socket.socket, reply: str) -> None:
+        time.sleep(self.pause)
+        connection.sendall(f"{reply}\r\n".encode())
+
+
+def _mailed_through(server: SlowSmtp, settings: Any, monkeypatch: pytest.MonkeyPatch, agent_config: Any) -> Delivery:
+    """Pause a call whose mail goes to `server`; return its delivery, not yet sent."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", server.port
+    monkeypatch.setattr(channels, "ATTEMPT_SECONDS", 2.0)  # each step within its timeout
+    agent_config(QUORUM.split("  - kind: slack")[0])
+    start(REFUND)
+    [delivery] = Delivery.objects.all()
+    return delivery
+
+
+def _send_and_sweep(delivery: Delivery, *, sweep_after: float) -> tuple[str, list[object]]:
+    """Send the delivery; `sweep_after` seconds into it, do as beat's sweep: find what is due, claim this one."""
+    swept: list[object] = []
+
+    def sweep() -> None:
+        time.sleep(sweep_after)
+        swept.extend(notify_services.deliveries_due())
+        swept.append(notify_services.delivery_claim(delivery_id=delivery.pk))
+        connections.close_all()
+
+    sweeper = threading.Thread(target=sweep)
+    sweeper.start()
+    status = dispatch.send(delivery.pk)
+    sweeper.join()
+    return status, swept
+
+
+def test_it_sends_one_mail_when_a_slow_server_takes_longer_than_the_claim(
+    settings, transactional_db, erin, agent_config, monkeypatch
+):
+    server = SlowSmtp(pause=0.4)  # greeting, EHLO, MAIL, RCPT, DATA, the message, QUIT: about 3 s in all
+    delivery = _mailed_through(server, settings, monkeypatch, agent_config)
+    monkeypatch.setattr(notify_services, "CLAIM_SECONDS", 1.2)  # 60 s in production
+
+    status, swept = _send_and_sweep(delivery, sweep_after=2.0)  # past the first claim, mid-send
+
+    assert (status, swept) == ("delivered", [None])  # nothing due, the claim still held: no second copy
+    assert server.messages == 1
+
+
+def test_it_lets_the_sweep_try_again_once_a_send_has_hung_too_long(
+    settings, transactional_db, erin, agent_config, monkeypatch
+):
+    server = SlowSmtp(pause=0.5)  # about 3.5 s in all
+    delivery = _mailed_through(server, settings, monkeypatch, agent_config)
+    monkeypatch.setattr(notify_services, "CLAIM_SECONDS", 0.6)
+    monkeypatch.setattr(notify_services, "KEEP_CLAIM_SECONDS", 1.0)  # 10 minutes in production
+
+    _, swept = _send_and_sweep(delivery, sweep_after=2.5)  # past the renewals' limit and the last claim
+
+    # A send that never ends does not keep its delivery from being sent.
+    assert swept[0] == delivery.pk and swept[1] is not None
 
 
 def test_it_mails_admins_and_superusers_but_not_an_agent_account_of_the_same_group(db, reach, agent_config):
