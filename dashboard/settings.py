@@ -53,14 +53,16 @@ def _int(name: str, default: int, *, minimum: int, maximum: int | None = None) -
     return value
 
 
-def _float(name: str, default: float, *, zero: bool, maximum: float | None = None) -> float:
-    """Read a duration setting: NaN, infinity, a negative value (or 0 unless `zero`, or over `maximum`) stops the process."""
+def _float(name: str, default: float, *, zero: bool, minimum: float = 0.0, maximum: float | None = None) -> float:
+    """Read a duration setting: NaN, infinity, a negative value, 0 unless `zero`, a value under `minimum`
+    (other than that 0) or over `maximum` stops the process."""
     found = _number(name, float, "a number")
     if found is None:
         return default
     raw, value = found
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero) or (maximum is not None and value > maximum):
-        bound = "0 or more" if zero else "above 0"
+    too_small = value < 0 or (value == 0 and not zero) or (value != 0 and value < minimum)
+    if not math.isfinite(value) or too_small or (maximum is not None and value > maximum):
+        bound = f"of at least {minimum:g}" if minimum else "0 or more" if zero else "above 0"
         upper = f"; at most {maximum:g}" if maximum is not None else ""
         raise ImproperlyConfigured(f"{name}: {raw!r} is out of range (a finite number {bound}){upper}")
     return value
@@ -70,6 +72,11 @@ def _float(name: str, default: float, *, zero: bool, maximum: float | None = Non
 # Far longer ones started, then failed every drive or sweep (a date past year 9999, a socket
 # timeout past what the system holds), so no run moved again.
 _ENGINE_SECONDS_MAX = 7 * 24 * 3600.0
+# The shortest: a lease (or a claim, a model's whole turn) under a second is lost between its
+# renewals under any load, and a sweep or a timeout of a nanosecond (1e-9, a typo for 1e9) would
+# spin beat or fail every request at once.
+_ENGINE_SECONDS_MIN = 1.0
+_TIMEOUT_SECONDS_MIN = 0.1
 
 
 def _log_level(name: str, default: str) -> str:
@@ -489,12 +496,16 @@ CELERY_TASK_ROUTES = {"agents.tasks.run_start": {"priority": 6}}
 # Engine tunables.
 AGENTFAST_CONFIG = Path(env.str("AGENTFAST_CONFIG", default="") or BASE_DIR / "agentfast.yaml")
 AGENTFAST_TOOL_MODULES = _list("AGENTFAST_TOOL_MODULES", [])
-AGENTFAST_LEASE_SECONDS = _float("AGENTFAST_LEASE_SECONDS", 60, zero=False, maximum=_ENGINE_SECONDS_MAX)
+AGENTFAST_LEASE_SECONDS = _float(
+    "AGENTFAST_LEASE_SECONDS", 60, zero=False, minimum=_ENGINE_SECONDS_MIN, maximum=_ENGINE_SECONDS_MAX
+)
 # An external agent's claim with no result after this long is in doubt: it is never handed out again.
 AGENTFAST_EXTERNAL_CLAIM_SECONDS = _float(
-    "AGENTFAST_EXTERNAL_CLAIM_SECONDS", 300, zero=False, maximum=_ENGINE_SECONDS_MAX
+    "AGENTFAST_EXTERNAL_CLAIM_SECONDS", 300, zero=False, minimum=_ENGINE_SECONDS_MIN, maximum=_ENGINE_SECONDS_MAX
 )
-AGENTFAST_SWEEP_SECONDS = _float("AGENTFAST_SWEEP_SECONDS", 5, zero=False, maximum=_ENGINE_SECONDS_MAX)
+AGENTFAST_SWEEP_SECONDS = _float(
+    "AGENTFAST_SWEEP_SECONDS", 5, zero=False, minimum=_TIMEOUT_SECONDS_MIN, maximum=_ENGINE_SECONDS_MAX
+)
 # How long a decided-but-not-resumed or queued-but-not-started run may wait for its
 # Celery message before the sweeper assumes the message was lost.
 AGENTFAST_SWEEP_GRACE_SECONDS = _float("AGENTFAST_SWEEP_GRACE_SECONDS", 10, zero=True, maximum=_ENGINE_SECONDS_MAX)
@@ -533,7 +544,7 @@ else:
 # Seconds a mail server may take to answer. Django's default is to wait for ever, and a worker
 # sends on threads, where Celery's time limits do not apply: a silent server would keep a thread
 # per attempt, and the sweeper starts another attempt every minute, until no thread is left.
-EMAIL_TIMEOUT = _float("EMAIL_TIMEOUT", 10, zero=False)
+EMAIL_TIMEOUT = _float("EMAIL_TIMEOUT", 10, zero=False, minimum=_TIMEOUT_SECONDS_MIN)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="agentfast <agentfast@localhost>")
 # The signing secret of the Slack app whose buttons decide (Basic Information → Signing Secret).
 AGENTFAST_SLACK_SIGNING_SECRET = _secret("SLACK_SIGNING_SECRET")
@@ -559,12 +570,14 @@ LOGGING = {
 # Model endpoints (`model: openai:<name>`): seconds per request, and the SDK's retries of 408,
 # 409, 429, 5xx and dropped connections with backoff (about 7 s over 4 tries; its default 2
 # failed about one run in 500 at a 10% error rate).
-OPENAI_TIMEOUT = _float("OPENAI_TIMEOUT", 60, zero=False, maximum=_ENGINE_SECONDS_MAX)
+OPENAI_TIMEOUT = _float("OPENAI_TIMEOUT", 60, zero=False, minimum=_TIMEOUT_SECONDS_MIN, maximum=_ENGINE_SECONDS_MAX)
 # At most 100 (each waits up to 8 s): a million held a run on a dead endpoint for months.
 OPENAI_MAX_RETRIES = _int("OPENAI_MAX_RETRIES", 4, minimum=0, maximum=100)
 # Seconds a whole streamed answer may take, however steadily it comes: OPENAI_TIMEOUT bounds
 # each read only, and a worker's thread has no other limit (Celery's time limits need prefork).
-OPENAI_TURN_TIMEOUT = _float("OPENAI_TURN_TIMEOUT", 600, zero=False, maximum=_ENGINE_SECONDS_MAX)
+OPENAI_TURN_TIMEOUT = _float(
+    "OPENAI_TURN_TIMEOUT", 600, zero=False, minimum=_ENGINE_SECONDS_MIN, maximum=_ENGINE_SECONDS_MAX
+)
 
 # A bearer token for Prometheus' scrape of /metrics (an admin's API token works too).
 AGENTFAST_METRICS_TOKEN = _secret("AGENTFAST_METRICS_TOKEN")

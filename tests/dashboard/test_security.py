@@ -200,12 +200,15 @@ def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
         ("AGENTFAST_DB_POOL", "twenty", "'twenty' is not a whole number"),
         ("AGENTFAST_STREAMS_PER_USER", "-3", "'-3' is out of range (at least 1)"),
         # a lease or sweep of NaN or 0 seconds would hand every run to the sweeper at once
-        ("AGENTFAST_LEASE_SECONDS", "nan", "'nan' is out of range (a finite number above 0)"),
-        ("AGENTFAST_SWEEP_SECONDS", "0", "'0' is out of range (a finite number above 0)"),
+        ("AGENTFAST_LEASE_SECONDS", "nan", "'nan' is out of range (a finite number of at least 1)"),
+        ("AGENTFAST_SWEEP_SECONDS", "0", "'0' is out of range (a finite number of at least 0.1)"),
+        # a typo for 1e9 would spin beat; a lease under a second is lost between its renewals
+        ("AGENTFAST_SWEEP_SECONDS", "1e-9", "'1e-9' is out of range (a finite number of at least 0.1)"),
+        ("AGENTFAST_LEASE_SECONDS", "0.5", "'0.5' is out of range (a finite number of at least 1)"),
         ("AGENTFAST_LOGIN_COOLOFF_MINUTES", "soon", "'soon' is not a number"),
         ("REDIS_URL", "localhost:6379", "'localhost:6379' is not a Redis URL"),
         ("AGENTFAST_CHANNEL_HOSTS", "redis://a:6379, b:6379", "'b:6379' is not a Redis URL"),
-        ("OPENAI_TIMEOUT", "nan", "'nan' is out of range (a finite number above 0)"),
+        ("OPENAI_TIMEOUT", "nan", "'nan' is out of range (a finite number of at least 0.1)"),
         ("OPENAI_MAX_RETRIES", "-1", "'-1' is out of range (at least 0)"),
         ("AGENTFAST_LOG_LEVEL", "verbose", "'verbose' is not a log level (DEBUG, INFO, WARNING, ERROR or CRITICAL)"),
         # a mistyped switch read as off would send session cookies in the clear, say nothing of it
