@@ -230,9 +230,24 @@
   var MAX_DEPTH = 64;
   function TooDeep() {}
 
+  // JSON.parse reads every number as a double: an account number past 2^53 edited by one digit
+  // would read as unchanged (approved with no preview), and a playground edit would send it rounded.
+  // Where the browser hands the reviver each number's source, such an integer is kept as written
+  // (JSON.rawJSON, which JSON.stringify writes back as it was).
+  function exactIntegers(key, value, context) {
+    if (typeof value !== "number" || Number.isSafeInteger(value) || !context || !JSON.rawJSON) return value;
+    return /^-?[0-9]+$/.test(context.source) ? JSON.rawJSON(context.source) : value;
+  }
+
+  function parseExact(text) {
+    return JSON.parse(text, exactIntegers);
+  }
+  window.agentfastParseJson = parseExact;
+
   function canonical(value, depth) {
     depth = depth || 0;
     if (depth > MAX_DEPTH) throw new TooDeep();
+    if (JSON.isRawJSON && JSON.isRawJSON(value)) return value.rawJSON;
     if (Array.isArray(value)) {
       return "[" + value.map(function (item) { return canonical(item, depth + 1); }).join(",") + "]";
     }
@@ -249,7 +264,7 @@
     var text = editor.value.trim();
     if (!text || editor.dataset.proposed === undefined) return false;
     try {
-      return canonical(JSON.parse(text)) !== canonical(JSON.parse(editor.dataset.proposed));
+      return canonical(parseExact(text)) !== canonical(parseExact(editor.dataset.proposed));
     } catch (error) {
       return true;  // not JSON, or too deep to compare: an edit the server explains
     }
@@ -257,7 +272,7 @@
 
   function tooDeep(text) {
     try {
-      canonical(JSON.parse(text));
+      canonical(parseExact(text));
     } catch (error) {
       return error instanceof TooDeep || error instanceof RangeError;  // RangeError: too deep for JSON.parse
     }
@@ -372,7 +387,7 @@
 
   // Approving with edits shows old → new first; the reviewer sends it or goes back to editing.
   function parsed(text) {
-    try { return JSON.parse(text); } catch (error) { return undefined; }
+    try { return parseExact(text); } catch (error) { return undefined; }
   }
 
   function argumentChanges(before, after) {

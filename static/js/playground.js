@@ -308,7 +308,7 @@
     if (verdict === "rejected") return body;
     if (!card.querySelector(".pg-answer-label").hidden) body.payload = { answer: card.querySelector(".pg-answer").value };
     var edited = card.querySelector(".pg-edit-args");
-    if (edited.value.trim() !== pretty(data.arguments)) body.arguments = JSON.parse(edited.value); // SyntaxError: shown
+    if (edited.value.trim() !== pretty(data.arguments)) body.arguments = window.agentfastParseJson(edited.value); // SyntaxError: shown
     return body;
   }
 

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import expect
+
+from agents.gateway import services as gateway
 from agents.models import Approval
 from tests.browser.conftest import wait_js
 from tests.support.flows import pending, start
 from tests.support.policies import support_yaml
 
 pytestmark = pytest.mark.browser
+
+MAIL = {"to": "bob@example.com", "subject": "Your account", "body": "Closed."}
 
 
 def test_it_takes_the_deadline_away_once_the_call_is_approved_on_its_page(agent_config, viewer, alice):
@@ -70,3 +77,25 @@ def test_it_takes_the_preview_away_when_the_arguments_change_under_it(viewer, al
     approval.refresh_from_db()
     assert approval.arguments == {"order_id": "A1001", "amount_cents": 4000}
     assert alices.errors == []
+
+
+def test_it_counts_one_digit_changed_in_a_big_integer_as_an_edit_and_shows_it(viewer, carol):
+    # An account number past 2^53, which a browser's JSON.parse rounds: ...993 and ...992 read alike.
+    User.objects.create_user(username="billing-bot")
+    request = gateway.GateRequest(
+        agent="billing", session="s1", call_id="c1", tool="send_email", arguments={**MAIL, "account": 9007199254740993}
+    )
+    approval_id = gateway.gate_call(owner="billing-bot", request=request).approval_id
+    carols = viewer("carol", path=f"/approvals/{approval_id}")
+    page = carols.page
+    approve = page.locator("[data-label-approve]")
+
+    page.fill("#id_arguments", json.dumps({**MAIL, "account": 9007199254740993}))
+    expect(approve).to_have_text("Approve")
+    page.fill("#id_arguments", json.dumps({**MAIL, "account": 9007199254740992}))
+    expect(approve).to_have_text("Approve with edits")
+    approve.click()
+
+    # Shown before it is sent, as typed (the tool's schema then refuses the extra key: the server's say).
+    expect(page.locator(".diff-preview")).to_contain_text("account: 9007199254740993 → 9007199254740992")
+    assert carols.errors == []

@@ -175,3 +175,18 @@ def _paused_on_a_card(viewer: Callable[..., Viewer]) -> tuple[Viewer, Locator]:
     card = seen.page.locator(".pg-approval")
     expect(card).to_be_visible()
     return seen, card
+
+
+def test_it_sends_an_edited_integer_past_2_53_as_typed(viewer: Callable[..., Viewer], alice: User) -> None:
+    seen, card = _paused_on_a_card(viewer)
+    sent: list[str] = []
+    seen.page.on("request", lambda request: sent.extend([request.post_data or ""] * request.url.endswith("/decide")))
+
+    card.locator(".pg-edit summary").click()
+    # A browser's JSON.parse reads 9007199254740995 as 9007199254740996.
+    card.locator(".pg-edit-args").fill('{"order_id": "A1001", "amount_cents": 9007199254740995}')
+    card.locator(".pg-approve").click()
+
+    expect(card.locator(".pg-card-error")).to_contain_text("amount_cents")  # the tool's check refuses it, naming it
+    assert '"amount_cents":9007199254740995' in sent[0]
+    assert seen.errors == []
