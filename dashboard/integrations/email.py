@@ -18,7 +18,7 @@ from agents.notify.channels import ONE_CLICK_MAX_AGE, ONE_CLICK_SALT
 from agents.notify.models import OneClickLink
 from agents.services import notify as notify_services
 from dashboard.auth import client_address, is_reviewer
-from dashboard.integrations.outcome import outcome_line
+from dashboard.integrations.outcome import outcome_line, vote_line
 
 TEMPLATE = "dashboard/integrations/one_click.html"
 
@@ -117,4 +117,6 @@ def _decide(request: HttpRequest, link: Link, context: dict[str, Any]) -> HttpRe
     except (services.NotPermitted, services.NotFound) as exc:  # outside the call's approvers, four eyes: audited
         return render(request, TEMPLATE, {**context, "refused": exc.message}, status=403)
     link.approval.refresh_from_db()
+    if link.approval.status == Approval.Status.PENDING:  # a vote short of the quorum: the call still waits
+        return render(request, TEMPLATE, {**context, "outcome": vote_line(link.approval, link.username)})
     return render(request, TEMPLATE, {**context, "done": True})

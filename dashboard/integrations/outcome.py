@@ -11,3 +11,10 @@ def outcome_line(approval: Approval) -> str:
         return f"{approval.tool} still waits for a decision"
     who = approval.decided_by or "the system"
     return f"{approval.tool} was already {approval.status} by {who}"
+
+
+def vote_line(approval: Approval, voter: str) -> str:
+    """Return what a vote short of the quorum did: it counts, and the call still waits for the others."""
+    return (
+        f"{approval.tool} still waits: {voter}'s approval is counted ({approval.tally}); it runs at {approval.quorum}"
+    )

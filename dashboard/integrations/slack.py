@@ -26,7 +26,7 @@ from agents.notify.tasks import deliver
 from agents.services import notify as notify_services
 from agents.services.notify import Target
 from dashboard.auth import client_address, ip_of, is_reviewer
-from dashboard.integrations.outcome import outcome_line
+from dashboard.integrations.outcome import outcome_line, vote_line
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +181,9 @@ def _decide(action: dict[str, Any], origin: str) -> tuple[str, bool]:
     except services.ServiceError as exc:  # not found, invalid, not among the approvers (audited by the service)
         return f"{user.username}: {exc.message}", False
     approval: Approval = decision.approval
+    if approval.status == Approval.Status.PENDING:
+        # A vote short of the quorum (or the same vote again): the message keeps its buttons for the others.
+        return vote_line(approval, attempt.decider), False
     return f"{approval.tool} was {approval.status} by {approval.decided_by}", True
 
 

@@ -157,3 +157,18 @@ def test_it_refuses_a_link_of_a_reviewer_outside_the_calls_approvers(
     assert status == 403 and "not among the approvers" in content
     assert Approval.objects.get(pk=approval.pk).status == "pending"
     assert AuditEntry.objects.get().outcome == "not_permitted"
+
+
+def test_it_says_a_vote_short_of_the_quorum_is_counted_and_the_call_still_waits(
+    mailed, erin, agent_config, django_capture_on_commit_callbacks
+):
+    agent_config(CONFIG.replace("hitl_mode: suspend}", "hitl_mode: suspend, quorum: 2}"))
+    approval = _paused_and_mailed(django_capture_on_commit_callbacks)
+
+    status, content = _confirm(Client(enforce_csrf_checks=True), mailed_links(mail.outbox[0])["approved"])
+
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert status == 200 and "was pending" not in content
+    assert (
+        "refund_request still waits: erin&#x27;s approval is counted (1 of 2 approvals: erin); it runs at 2" in content
+    )

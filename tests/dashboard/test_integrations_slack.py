@@ -309,3 +309,34 @@ def test_it_says_at_start_that_the_signing_secret_is_too_short(slack, settings):
 
     assert problem.startswith("notifications[0] (slack): SLACK_SIGNING_SECRET is shorter than")
     assert problem.endswith("presses of its buttons are refused")
+
+
+def test_it_keeps_the_buttons_after_an_approval_that_leaves_the_quorum_short(
+    slack, alice, bob, carol, agent_config, django_capture_on_commit_callbacks
+):
+    agent_config(CONFIG.replace("hitl_mode: suspend}", "hitl_mode: suspend, quorum: 2}"))
+    notify_services.slacklink_set(username="alice", slack_id="UALICE1")
+    notify_services.slacklink_set(username="carol", slack_id="UCAROL1")
+    with django_capture_on_commit_callbacks(execute=True):
+        approval = pending(start(REFUND))[0]
+
+    first = _body(approval.id, "approved", "UALICE1", slack.url)
+    answer = _post(first, _signed(first), django_capture_on_commit_callbacks)
+
+    # Alice's approval counts, the call still waits for a second one: she reads the tally, and
+    # the channel's message keeps its buttons for the next approver.
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    assert answer.json()["text"] == (
+        "refund_request still waits: alice's approval is counted (1 of 2 approvals: alice); it runs at 2"
+    )
+    # Pressed again, as the message still shows the buttons: the same vote, counted once.
+    again = _post(first, _signed(first, at=int(time.time()) - 1), django_capture_on_commit_callbacks)
+    assert "alice's approval is counted (1 of 2 approvals: alice)" in again.json()["text"]
+    assert not Delivery.objects.filter(kind="slack_response").exists()
+
+    second = _body(approval.id, "approved", "UCAROL1", slack.url)
+    assert _post(second, _signed(second), django_capture_on_commit_callbacks).json()["text"] == (
+        "refund_request was approved by carol"
+    )
+    assert Approval.objects.get(pk=approval.pk).status == "approved"
+    assert Delivery.objects.filter(kind="slack_response").count() == 1
