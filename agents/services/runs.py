@@ -157,8 +157,8 @@ def run_renew_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Non
 def run_suspend(*, run_id: str, owner: str) -> bool:
     """Give up the lease of a run that waits on a person; return False if it no longer waits.
 
-    The pending approval is re-checked in the same statement: one decided since the driver
-    looked must not leave a suspended run that nobody resumes.
+    The pending approval is re-checked under the run's row lock (agents.sql.run_suspend): one
+    decided since the driver looked must not leave a suspended run that nobody resumes.
     """
     if sql.run_suspend(run_id=run_id, owner=owner, now=timezone.now()):
         return True

@@ -4,12 +4,12 @@ Raw SQL lives here alone (with agents.sql.chain, its writes of several rows), an
 the ORM cannot say it in one statement or costs more CPU composing a statement than the
 database spends running it:
 
-- the driver's hot path: the lease and the suspend are one `UPDATE … RETURNING` each; its
-  writes (a model turn, a tool's result, the final answer) are the run's fenced update and
-  the rows that hang on it, one statement on PostgreSQL (agents.sql.chain); it reads a run's
-  history and the grants of a proposed call without composing the queries each time; and
-  the execution claim is fenced by the run's state, read under the run's row lock, in the
-  same statement;
+- the driver's hot path: the lease is one `UPDATE … RETURNING`, the suspend one `UPDATE` (after
+  the run's row lock on PostgreSQL); its writes (a model turn, a tool's result, the final
+  answer) are the run's fenced update and the rows that hang on it, one statement on
+  PostgreSQL (agents.sql.chain); it reads a run's history and the grants of a proposed call
+  without composing the queries each time; and the execution claim is fenced by the run's
+  state, read under the run's row lock, in the same statement;
 - every API decision: the token with its user and permissions, the locked read of the
   approval with its call and run (the ORM spent about 2 ms of CPU composing that one), the
   decision's writes (one statement on PostgreSQL, with the audit chain's lock) and the
@@ -21,6 +21,7 @@ and tests/agents/test_sql_chain.py run them on both.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -28,7 +29,7 @@ from typing import Any, TypeVar, cast
 
 from django.contrib.auth.models import Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import BooleanField, F, FloatField, Func, Model, QuerySet
 
 from agents.models import ApiToken, Approval, AuditEntry, Grant, Message, Run, ToolCall
@@ -238,11 +239,22 @@ def decision(*, run_id: str, approval_id: str, audit_lock: int) -> Chain:
 
 
 def run_suspend(*, run_id: str, owner: str, now: datetime) -> bool:
-    """Suspend and release a run this owner drives, if a suspend approval of it is still pending."""
+    """Suspend and release a run this owner drives, if a suspend approval of it is still pending.
+
+    On PostgreSQL the run's row is locked first, by a statement of its own: a decision (or a
+    deadline) under way holds that lock to its commit, and the check that follows, a new
+    statement, sees what it decided. Alone, the UPDATE would wait for the row and then judge
+    the approvals as they were when it began (READ COMMITTED re-reads only the row it updates),
+    suspending a run whose last approval that decision settled while it saw the run driven, and
+    so enqueued no resume.
+    """
     sql = f"""
         UPDATE {_RUN} SET status = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s
         WHERE id = %s AND lease_owner = %s AND EXISTS ({_PENDING_SUSPEND})"""
-    with connection.cursor() as cursor:
+    lock = connection.features.has_select_for_update
+    with transaction.atomic() if lock else contextlib.nullcontext(), connection.cursor() as cursor:
+        if lock:
+            cursor.execute(f"SELECT 1 FROM {_RUN} WHERE id = %s FOR UPDATE", [run_id])
         cursor.execute(sql, [Run.Status.SUSPENDED, db_time(now), run_id, owner, *_PENDING_SUSPEND_PARAMS])
         return bool(cursor.rowcount)
 

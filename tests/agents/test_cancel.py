@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from agents import runtime, services
 from agents.models import AuditEntry, Run, SideEffect, ToolCall
 from tests.support.flows import decide, pending, resume, start
+from tests.support.threads import started
 
 REFUND = "Refund order A1001 for 25.00 USD"
 TRIES = 12
@@ -143,17 +144,10 @@ def test_it_waits_for_a_cancel_under_way_before_it_claims_a_call(transactional_d
         finally:
             connection.close()
 
-    def claim() -> None:
-        try:
-            claims.append(services.toolcall_claim(tool_call=call))
-        finally:
-            connection.close()
-
     canceller = threading.Thread(target=cancel_and_wait)
     canceller.start()
     assert cancelling.wait(10)
-    claimer = threading.Thread(target=claim)
-    claimer.start()
+    claimer = started(lambda: claims.append(services.toolcall_claim(tool_call=call)))
     claimer.join(0.5)
     assert claimer.is_alive()  # waiting on the run's row lock
     release.set()
