@@ -16,6 +16,7 @@ it fires on time (a deadline further off than the broker holds a message travels
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -178,7 +179,8 @@ def approval_extend(*, approval_id: str, by_seconds: float, attempt: Attempt) ->
         raise NotFound(f"no approval {approval_id[:200]}")
     reason = refusal_for_name(attempt.decider, approval)
     if reason is not None:
-        _audit_extend(approval, attempt, AuditEntry.Outcome.NOT_PERMITTED, {"error": reason, "by_seconds": by_seconds})
+        detail = {"error": reason, "by_seconds": by_seconds}
+        _audit_attempt(approval, attempt, "extended", AuditEntry.Outcome.NOT_PERMITTED, detail)
         raise NotPermitted(reason, field="by")
     if overdue(approval):
         # Past its deadline already (its task is late): the policy's outcome stands, not an extension.
@@ -201,17 +203,19 @@ def approval_extend(*, approval_id: str, by_seconds: float, attempt: Attempt) ->
         locked.expires_at = max(before, now) + timedelta(seconds=by_seconds)
         Approval.objects.filter(pk=approval_id).update(expires_at=locked.expires_at)
         detail = {"by_seconds": by_seconds, "from": before.isoformat(), "to": locked.expires_at.isoformat()}
-        _audit_extend(locked, attempt, AuditEntry.Outcome.DECIDED, detail)
+        _audit_attempt(locked, attempt, "extended", AuditEntry.Outcome.DECIDED, detail)
         deadline_schedule(approval_id=approval_id, when=locked.expires_at)
     return locked
 
 
-def _audit_extend(approval: Approval, attempt: Attempt, outcome: str, detail: dict[str, object]) -> None:
+def _audit_attempt(
+    approval: Approval, attempt: Attempt, action: str, outcome: str, detail: Mapping[str, object]
+) -> None:
     audit_append(
         approval_id=approval.pk,
         run_id=approval.run_id,
         tool=approval.tool,
-        action="extended",
+        action=action,
         actor=attempt.actor,
         on_behalf_of=attempt.on_behalf_of,
         source=attempt.source,
@@ -243,16 +247,31 @@ def approval_remind_due() -> int:
     return sent
 
 
+RUN_NOW = "run now"  # the note of a scheduled call a reviewer ran before its time
+
+
 def toolcall_run_now(*, approval_id: str, attempt: Attempt) -> Approval:
-    """Run a scheduled call now instead of at its time: someone who may decide it says so, audited."""
+    """Run a scheduled call now instead of at its time: someone who may decide it says so, audited.
+
+    It approves the call, so a refused attempt is audited as a refused decision is: not
+    permitted, or decided already (run, cancelled).
+    """
     approval = Approval.objects.select_related("run").filter(pk=approval_id, on_timeout=Approval.OnTimeout.RUN).first()
     if approval is None:
         raise NotFound(f"no scheduled call {approval_id[:200]}")
     reason = refusal_for_name(attempt.decider, approval)
     if reason is not None:
+        detail = {"error": reason, "note": RUN_NOW}
+        _audit_attempt(approval, attempt, Approval.Status.APPROVED, AuditEntry.Outcome.NOT_PERMITTED, detail)
         raise NotPermitted(reason, field="by")
     with transaction.atomic():
         _lock_run(approval.run_id)
-        if not approval_approve_as(approval=approval, actor=attempt.decider, note="run now", attempt=attempt):
-            raise WrongState(f"{approval_id} is no longer scheduled")
+        ran = approval_approve_as(approval=approval, actor=attempt.decider, note=RUN_NOW, attempt=attempt)
+    if not ran:
+        approval.refresh_from_db()
+        expired = approval.status == Approval.Status.EXPIRED
+        outcome = AuditEntry.Outcome.EXPIRED if expired else AuditEntry.Outcome.ALREADY_DECIDED
+        detail = {"note": RUN_NOW, "existing": approval.status}
+        _audit_attempt(approval, attempt, Approval.Status.APPROVED, outcome, detail)
+        raise WrongState(f"{approval_id} is no longer scheduled")
     return Approval.objects.get(pk=approval_id)

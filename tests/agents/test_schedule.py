@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents import services
-from agents.models import Approval, Run, SideEffect
+from agents.models import Approval, AuditEntry, Run, SideEffect
 from agents.policy.config import ConfigError, get_policy
 from agents.services.deadlines import approval_deadline_fire, toolcall_run_now
 from tests.conftest import wait_for
@@ -100,6 +100,27 @@ def test_it_runs_a_scheduled_call_now_for_someone_who_may_decide_it_once(schedul
     assert (approval.status, approval.decided_by) == ("approved", "alice")
     assert tool_outputs(run)[-1]["ok"] is True
     assert SideEffect.objects.filter(tool="refund_request").count() == 1
+
+
+def test_it_audits_a_refused_run_now_like_any_refused_decision(scheduled):
+    scheduled('now + duration("1h")')
+    [approval] = pending(start(REFUND))
+
+    with pytest.raises(services.NotPermitted):
+        toolcall_run_now(approval_id=approval.id, attempt=attempt("bob"))  # not in finance
+    toolcall_run_now(approval_id=approval.id, attempt=attempt("alice"))
+    with pytest.raises(services.WrongState):
+        toolcall_run_now(approval_id=approval.id, attempt=attempt("alice"))  # it runs already
+
+    entries = AuditEntry.objects.filter(approval_id=approval.id).order_by("id")
+    assert [(e.actor, e.action, e.outcome) for e in entries] == [
+        ("bob", "approved", "not_permitted"),
+        ("alice", "approved", "decided"),
+        ("alice", "approved", "already_decided"),
+    ]
+    assert "not among the approvers" in entries[0].detail["error"]
+    assert entries[0].detail["note"] == entries[2].detail["note"] == "run now"
+    assert entries[2].detail["existing"] == "approved"
 
 
 def test_it_cancels_a_scheduled_run(scheduled):
