@@ -25,6 +25,7 @@ from django.utils import timezone
 from agents import notify, queue
 from agents.models import Approval, AuditEntry
 from agents.policy.config import MAX_TIMEOUT_SECONDS, ConfigError
+from agents.policy.rules import Verdict
 from agents.services.approvals import (
     Attempt,
     _lock_run,
@@ -86,8 +87,9 @@ def approval_deadline_fire(*, approval_id: str) -> str:
     2. Escalate once (when asked and not done yet), approve, run (scheduled), or expire. An
        `approve` expires instead when a vote edited the arguments short of its quorum.
     3. The clock approves (or runs) only what the policy as it stands now lets through: a deny
-       rule or a remembered rejection added since the call was asked expires it instead, and
-       while the policy file cannot be read nothing is approved (the sweeper tries again).
+       rule or a remembered rejection added since the call was asked expires it instead, as
+       does an approve the policy no longer gives (its on_timeout now rejects or escalates),
+       and while the policy file cannot be read nothing is approved (the sweeper tries again).
     """
     with transaction.atomic():
         run_id = Approval.objects.filter(pk=approval_id).values_list("run_id", flat=True).first()
@@ -119,6 +121,9 @@ def approval_deadline_fire(*, approval_id: str) -> str:
                     approval=approval, actor="system", reason=f"the policy now refuses it: {verdict.reason}"
                 )
                 return "expired"
+            if outcome == Approval.OnTimeout.APPROVE and not _clock_approves(verdict):
+                approval_expire(approval=approval, actor="system", reason=_no_longer_approved(verdict))
+                return "expired"
         if outcome == Approval.OnTimeout.APPROVE:
             approval_approve_as(approval=approval, actor=DEADLINE, note="approved by its deadline: nobody decided")
             return "approved"
@@ -130,6 +135,16 @@ def approval_deadline_fire(*, approval_id: str) -> str:
         )
         approval_expire(approval=approval, actor="system", reason=reason)
         return "expired"
+
+
+def _clock_approves(verdict: Verdict) -> bool:
+    """Return whether the policy as it stands lets the clock approve: no person asked, or on_timeout approve."""
+    return verdict.action != "ask" or verdict.on_timeout == Approval.OnTimeout.APPROVE
+
+
+def _no_longer_approved(verdict: Verdict) -> str:
+    source = f"rule {verdict.rule!r}" if verdict.rule else "the tool's own settings"
+    return f"the policy no longer approves it when nobody decides ({source}: on_timeout {verdict.on_timeout})"
 
 
 def _escalate(approval: Approval, now: datetime) -> None:

@@ -150,6 +150,35 @@ def test_it_never_lets_the_clock_run_a_call_the_policy_has_come_to_deny(deadline
     assert not SideEffect.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "now",
+    [
+        {"timeout": "1h"},  # the operator turns the clock's approval off
+        {"timeout": "1h", "on_timeout": "escalate", "escalate_to": ["managers"]},
+        {  # or adds a stricter rule for such calls, with a deadline of its own that rejects
+            "timeout": "1h",
+            "on_timeout": "approve",
+            "rules": [{"name": "any refund", "when": "true", "action": "ask", "quorum": 2, "on_timeout": "reject"}],
+        },
+    ],
+    ids=["reject", "escalate", "stricter-rule"],
+)
+def test_it_never_lets_the_clock_approve_a_call_once_the_policy_no_longer_approves_when_nobody_decides(deadline, now):
+    deadline(timeout="1h", on_timeout="approve")
+    run = start(REFUND)
+    [approval] = pending(run)
+    deadline(**now)
+
+    assert approval_deadline_fire(approval_id=past_deadline(approval).id) == "expired"
+    run = resume(run)
+
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("expired", "system")
+    assert approval.note.startswith("the policy no longer approves it when nobody decides")
+    assert tool_outputs(run)[-1]["error_code"] == "APPROVAL_EXPIRED"
+    assert not SideEffect.objects.exists()
+
+
 def test_it_approves_nothing_by_the_clock_while_the_policy_cannot_be_read(deadline):
     path = deadline(timeout="1h", on_timeout="approve")
     [approval] = pending(start(REFUND))
