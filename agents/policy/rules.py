@@ -199,7 +199,7 @@ def evaluate(
             reason=said(f"rule {rule.name} asks"),
             approvers=approvers,
             quorum=quorum,
-            **_rule_deadline(rule, base),
+            **rule_deadline(rule, base),
         )
     return replace(base, reason=said(""))
 
@@ -220,7 +220,7 @@ def _askers(rule: Rule, approvers: tuple[str, ...], quorum: int) -> tuple[tuple[
     return (tuple(rule.approvers) if rule.approvers is not None else approvers), rule.quorum or quorum
 
 
-def _rule_deadline(rule: Rule, base: Verdict) -> dict[str, Any]:
+def rule_deadline(rule: Rule, base: Verdict) -> dict[str, Any]:
     """Return an ask rule's deadline keys, each falling back to the tool's."""
     return {
         "timeout_seconds": rule.timeout if rule.timeout is not None else base.timeout_seconds,

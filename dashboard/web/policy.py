@@ -11,7 +11,8 @@ from django.views.decorators.http import require_GET
 
 from agents import text
 from agents.policy import ConfigError, ToolPolicy, get_policy
-from agents.policy.rules import CheckError, check, describe
+from agents.policy.config import Rule
+from agents.policy.rules import CheckError, Verdict, check, describe, rule_deadline
 from agents.tools import registry
 from dashboard.auth import reviewer_required
 
@@ -90,7 +91,7 @@ def _tool_summary(name: str, tool: ToolPolicy, listed: bool) -> dict[str, Any]:
         "listed": listed,
         "gated": tool.gated,
         "mode": tool.hitl_mode,
-        "timeout_seconds": tool.timeout_seconds,
+        "deadline": _deadline(tool.deadline_seconds, tool.on_timeout or "reject", tool.escalate_to or ()),
         "approvers": approvers,
         "quorum": getattr(tool, "quorum", None) or 1,
         "four_eyes": bool(getattr(tool, "four_eyes", False)),
@@ -101,10 +102,44 @@ def _tool_summary(name: str, tool: ToolPolicy, listed: bool) -> dict[str, Any]:
                 "when": rule.when,
                 "action": rule.action,
                 "reason": rule.reason,
+                # None: the tool's approvers; an empty list: any reviewer (the rule overrides the tool's).
                 "approvers": list(rule.approvers) if rule.approvers is not None else None,
-                "quorum": rule.quorum,
+                "quorum": rule.quorum or tool.quorum,
+                "at": rule.at,
+                "deadline": _rule_deadline(rule, tool) if rule.action == "ask" else "",
             }
-            # Shown in the order they are evaluated: deny rules, then allow, then ask.
-            for rule in sorted(tool.rules, key=lambda rule: ("deny", "allow", "ask").index(rule.action))
+            # Shown in the order they are evaluated (agents.policy.rules.evaluate).
+            for rule in sorted(tool.rules, key=lambda rule: _EVALUATION_ORDER.index(rule.action))
         ],
     }
+
+
+_EVALUATION_ORDER = ("deny", "allow", "schedule", "ask")
+
+
+def _rule_deadline(rule: Rule, tool: ToolPolicy) -> str:
+    """Say an ask rule's deadline as the policy applies it: each key it does not set is its tool's."""
+    tools = Verdict(
+        action="ask",
+        timeout_seconds=tool.deadline_seconds,
+        on_timeout=tool.on_timeout or "reject",
+        escalate_to=tuple(tool.escalate_to or ()),
+    )
+    keys = rule_deadline(rule, tools)
+    return _deadline(keys["timeout_seconds"], keys["on_timeout"], keys["escalate_to"])
+
+
+def _deadline(seconds: float | None, on_timeout: str, escalate_to: tuple[str, ...]) -> str:
+    """Say a deadline in plain words: "within 4h, then approved by the clock" ("" for none)."""
+    if not seconds:
+        return ""
+    then = {"approve": "approved by the clock", "escalate": f"escalated to {', '.join(escalate_to)}"}
+    return f"within {_duration(seconds)}, then {then.get(on_timeout, 'rejected')}"
+
+
+def _duration(seconds: float) -> str:
+    """Say seconds as agentfast.yaml writes a duration: 2d, 4h, 30m or 90s."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"

@@ -11,6 +11,7 @@ import pytest
 from agents import runtime, services
 from agents.models import Approval, Run
 from tests.support.flows import start
+from tests.support.policies import support_yaml
 
 
 def _check(client, tool: str = "refund_request", **params: str):
@@ -25,6 +26,42 @@ def test_it_lists_each_tool_with_its_rules_in_evaluation_order(client_for, alice
     assert names == ["huge refunds", "small refunds", "large refunds"]  # deny, allow, ask
     assert "“refunds over 1,000.00 need a ticket”" in html and "2 approvals" in html
     assert "Low risk: its calls run at once." in html  # lookup_order
+
+
+def _summary(client, path: str) -> str:
+    response = client.get(path)
+    assert response.status_code == 200
+    return " ".join(response.content.decode().split())
+
+
+@pytest.mark.parametrize("path", ["/policy", "/policy/refund_request"])
+def test_it_shows_a_schedule_rule_in_its_place_instead_of_failing(client_for, alice, agent_config, path):
+    rules = [
+        {"name": "large refunds", "when": "args.amount_cents > 5000", "action": "ask", "quorum": 2},
+        {"name": "night", "when": "now.getHours() >= 22", "action": "schedule", "at": "now + duration('9h')"},
+    ]
+    agent_config(support_yaml(rules=rules))
+
+    html = _summary(client_for(alice), path)
+
+    assert re.findall(r"<strong>([^<]+)</strong>: when", html) == ["night", "large refunds"]
+    assert "hold the call until <code>now + duration(&#x27;9h&#x27;)</code>, then run it" in html
+
+
+@pytest.mark.parametrize("path", ["/policy", "/policy/refund_request"])
+def test_it_says_whom_a_rule_asks_and_what_the_clock_does_when_nobody_decides(client_for, alice, agent_config, path):
+    rules = [
+        {"name": "big", "when": "args.amount_cents > 5000", "action": "ask", "approvers": [], "quorum": 2},
+        {"name": "odd", "when": "args.amount_cents == 4242", "action": "ask", "timeout": "30m"},
+    ]
+    agent_config(support_yaml(approvers=["finance"], timeout="4h", on_timeout="approve", rules=rules))
+
+    html = _summary(client_for(alice), path)
+
+    assert "one of finance, within 4h, then approved by the clock." in html
+    # An empty list is any reviewer, not the tool's finance; a rule takes the deadline keys it leaves out.
+    assert "ask any reviewer, 2 approvals, within 4h, then approved by the clock" in html
+    assert "ask finance, within 30m, then approved by the clock" in html
 
 
 def test_it_shows_one_tools_settings_and_the_check_box(client_for, alice):
