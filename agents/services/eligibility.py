@@ -63,11 +63,17 @@ def refusal_for_name(username: str, approval: Approval, *, user: Any = None) -> 
 
 
 def _refusal_of_named(
-    username: str, user: User | None, approval: Approval, groups: set[str] | None = None
+    username: str, user: User | None, approval: Approval, groups: set[str] | None = None, *, signed_in: bool = False
 ) -> str | None:
-    """Return why the person named, found as `user` (None: no user has the name), may not decide, or None."""
+    """Return why the person named, found as `user` (None: no user has the name), may not decide, or None.
+
+    `signed_in`: the name is that of an account that signed in to act (a vote cast other than
+    through the CLI's --by), so an account deleted since has no say, as a deactivated one has none.
+    """
     if user is not None:
         return refusal(user, approval, groups)
+    if signed_in:
+        return f"{username!r} is no user any more"
     if not approval.approvers and not approval.four_eyes:
         return None
     return f"{username!r} is no active user, and this call names who may decide it"
@@ -81,12 +87,13 @@ def counted_voters(
 ) -> list[str]:
     """Return whose approvals of the current arguments count towards the quorum, in order (`votes` oldest first).
 
-    A vote counts only while its voter may decide: someone deactivated, or taken out of the
-    approvers' group, since they voted no longer has a say. A quorum of one is decided by its
+    A vote counts only while its voter may decide: someone deactivated or deleted, or taken out
+    of the approvers' group, since they voted no longer has a say. A quorum of one is decided by its
     first vote, which counts as cast. Once decided, the approvals that counted then are the
     ones shown (`decided_voters`): someone who has left since still approved it.
     `voters`, `decided`: what a page of cards read for all of them at once.
     """
+    votes = list(votes)
     counted = approval.voters_counted(votes)
     if approval.quorum == 1:
         return counted
@@ -94,9 +101,10 @@ def counted_voters(
         recorded = (decided_voters([approval]) if decided is None else decided).get(approval.pk)
         if recorded is not None:
             return recorded
-    if voters is None:
-        return [name for name in counted if refusal_for_name(name, approval) is None]
-    return [name for name in counted if voters.refusal(name, approval) is None]
+    # Each counted voter's last vote approves the current arguments: where it came from says who cast it.
+    signed_in = {vote.voter: vote.source != AuditEntry.Source.CLI for vote in votes}
+    voters = voters or _Voters.read(set(counted))
+    return [name for name in counted if voters.refusal(name, approval, signed_in=signed_in[name]) is None]
 
 
 def decided_voters(approvals: Iterable[Approval]) -> dict[str, list[str]]:
@@ -177,9 +185,10 @@ class _Voters:
     users: dict[str, User]
     groups: dict[str, set[str]]
 
-    def refusal(self, username: str, approval: Approval) -> str | None:
+    def refusal(self, username: str, approval: Approval, *, signed_in: bool = False) -> str | None:
         """Return why the person named may not decide the approval, or None (`refusal_for_name`, from memory)."""
-        return _refusal_of_named(username, self.users.get(username), approval, self.groups.get(username, set()))
+        user, groups = self.users.get(username), self.groups.get(username, set())
+        return _refusal_of_named(username, user, approval, groups, signed_in=signed_in)
 
     @classmethod
     def read(cls, names: set[str]) -> _Voters:

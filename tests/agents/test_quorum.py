@@ -211,3 +211,19 @@ def test_it_executes_once_when_32_eligible_reviewers_race_to_approve(transaction
     assert len(approval.counted_voters) == 3
     runtime.drive(run.id, stream=False)
     assert SideEffect.objects.filter(idempotency_key=approval.id).count() == 1
+
+
+def test_it_stops_counting_the_approval_of_someone_whose_account_was_deleted(two_needed: Approval):
+    services.user_create(username="dave", role="reviewer")
+    signed_in = services.Attempt(actor="dave", source=AuditEntry.Source.WEB, origin="tests")
+    services.approval_decide(approval_id=two_needed.id, decision="approved", attempt=signed_in, auto_resume=False)
+    User.objects.filter(username="dave").delete()  # as the admin site does: like a deactivation, dave has no say
+
+    assert Approval.objects.get(pk=two_needed.pk).tally == "0 of 2 approvals"
+    second = decide(two_needed, "approved", by="alice", auto_resume=False)
+    assert (second.outcome, second.approval.status) == ("voted", "pending")
+    # A name the CLI records as given, which no account ever had, still counts as before.
+    last = decide(two_needed, "approved", by="night-shift", auto_resume=False)
+    assert (last.outcome, last.approval.status) == ("decided", "approved")
+    decided = AuditEntry.objects.get(approval_id=two_needed.id, outcome=AuditEntry.Outcome.DECIDED)
+    assert decided.detail["votes"] == ["alice", "night-shift"]
