@@ -1,4 +1,4 @@
-"""Middleware of the site: static files, the Content-Security-Policy and no caching of private answers."""
+"""Middleware of the site: probes, static files, the Content-Security-Policy and no caching of private answers."""
 
 from __future__ import annotations
 
@@ -16,6 +16,49 @@ from django.http import HttpRequest, HttpResponseBase
 from django.utils.cache import add_never_cache_headers
 from django.utils.deprecation import MiddlewareMixin
 from whitenoise.middleware import WhiteNoiseMiddleware
+
+
+class ProbeMiddleware:
+    """Answer a load balancer's health check and Prometheus' scrape before the Host and HTTPS checks.
+
+    Both ask one web process by its own address over plain HTTP (`http://10.0.0.7:8321/healthz`):
+    with DJANGO_ALLOWED_HOSTS naming the site, every probe was a 400 (the process looked dead to
+    the balancer), and with DJANGO_SECURE_SSL_REDIRECT a 301 to an https:// the process does not
+    speak. Neither view builds a URL from the Host, and a scraper's token has already crossed the
+    wire by the time a redirect could answer, so nothing is gained by refusing them.
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        from dashboard import metrics
+        from dashboard.web import health
+
+        self.get_response = get_response
+        self.probes: dict[str, Callable[[HttpRequest], HttpResponseBase]] = {
+            "/healthz": health.healthz,
+            "/metrics": metrics.metrics_view,
+        }
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        probe = self.probes.get(request.path_info)
+        if self.async_mode:
+            return self._acall(request, probe)
+        return self.get_response(request) if probe is None else _private(probe(request))
+
+    async def _acall(self, request: HttpRequest, probe: Callable[[HttpRequest], HttpResponseBase] | None) -> Any:
+        if probe is None:
+            return await self.get_response(request)
+        return _private(await sync_to_async(probe)(request))
+
+
+def _private(response: HttpResponseBase) -> HttpResponseBase:
+    add_never_cache_headers(response)  # a cache between must not keep the figures
+    return response
 
 
 class StaticFilesMiddleware(WhiteNoiseMiddleware):

@@ -324,6 +324,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: /healthz and /metrics answer a probe of this process's own address, over plain HTTP.
+    "dashboard.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "dashboard.middleware.StaticFilesMiddleware",  # WhiteNoise's, async-capable
     "django.contrib.sessions.middleware.SessionMiddleware",
