@@ -6,6 +6,7 @@ embedded Redis. Production sets DATABASE_URL and REDIS_URL.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import math
 import os
@@ -127,6 +128,9 @@ def _private_dir(path: Path) -> Path:
     for all but `dev`, `serve` and `worker`) stops instead when AGENTFAST_VAR_DIR names a folder
     that does not exist: in a mistyped one it would find a new, empty database and a new secret
     key, and say nothing. The default folder (var/ in the project) is created as ever.
+
+    A folder already private is left as it is: on a read-only file system (a container's, with
+    var/ made when the image was built) or owned by another user, changing its mode fails.
     """
     named = bool(env.str("AGENTFAST_VAR_DIR", default=""))
     if named and env.bool("AGENTFAST_VAR_DIR_MUST_EXIST", default=False) and not path.is_dir():
@@ -134,8 +138,15 @@ def _private_dir(path: Path) -> Path:
             f"AGENTFAST_VAR_DIR: the folder {path} does not exist; is the variable mistyped?"
             " (`agentfast dev` or `manage.py migrate` creates it)"
         )
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.chmod(0o700)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o700)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"AGENTFAST_VAR_DIR: the folder {path} cannot be made private to this user ({exc.strerror});"
+            " `chmod 700` it, or name a folder of this user's"
+        ) from None
     return path
 
 
@@ -153,6 +164,17 @@ def _secret_key(path: Path) -> str:
     explicit = _secret("DJANGO_SECRET_KEY")
     if explicit:
         return explicit
+    try:
+        return _stored_secret_key(path)
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"DJANGO_SECRET_KEY: unset, and the key file {path} cannot be made or read ({exc.strerror});"
+            " set the variable (every process the same)"
+        ) from None
+
+
+def _stored_secret_key(path: Path) -> str:
+    """Return the key in the file, generated once (0600)."""
     if not path.exists():
         draft = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
         descriptor = os.open(draft, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -386,7 +408,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
-STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns at every start without it
+with contextlib.suppress(OSError):  # a read-only var/: WhiteNoise warns, nothing else needs it
+    STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns at every start without it
 # Serve static files straight from the app folders: `make run` needs no collectstatic.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG

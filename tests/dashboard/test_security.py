@@ -51,17 +51,18 @@ json.dump({
 """
 
 
-def settings_of(var_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def settings_of(var_dir: Path, *, read_only: bool = False, **env: str) -> subprocess.CompletedProcess[str]:
     """Import the production settings in a fresh process, with only the given variables set.
 
     The settings alone, without django.setup(): they make the var folder and its files private
-    themselves, and loading every app would cost each test a second more.
+    themselves, and loading every app would cost each test a second more. `read_only` mounts
+    the var folder read-only for that process alone, as a container's read-only file system does.
     """
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "AGENTFAST_", "REDIS_", "DATABASE_"))}
     clean.update(DJANGO_SETTINGS_MODULE="dashboard.settings", AGENTFAST_VAR_DIR=str(var_dir), PYTHONPATH=str(ROOT))
     clean.update(env)
     return subprocess.run(
-        [sys.executable, "-c", _SHOW],
+        [*(_read_only_mount(var_dir) if read_only else []), sys.executable, "-c", _SHOW],
         cwd=ROOT,
         check=False,
         env=clean,
@@ -69,6 +70,14 @@ def settings_of(var_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+def _read_only_mount(folder: Path) -> list[str]:
+    """Return the command prefix that runs a command with `folder` mounted read-only (a mount namespace of its own)."""
+    if subprocess.run(["unshare", "--map-root-user", "--mount", "true"], check=False).returncode:
+        pytest.skip("this kernel lets no process mount a folder read-only for itself")
+    mount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    return ["unshare", "--map-root-user", "--mount", "sh", "-c", mount, str(folder)]
 
 
 def loaded(var_dir: Path, **env: str) -> dict:
@@ -144,6 +153,45 @@ def test_it_tightens_an_existing_world_readable_var(tmp_path):
     loaded(var)
 
     assert mode(var) == 0o700 and mode(old) == 0o600
+
+
+# The production settings of the README: nothing of the state but the schedule lives in var/.
+_SERVER_STATE = {"DATABASE_URL": "postgres://app@db.internal/agentfast", "REDIS_URL": "redis://cache.internal:6379/0"}
+
+
+def test_it_starts_on_a_read_only_var_that_is_already_private(tmp_path):
+    var = tmp_path / "var"
+    key = loaded(var)["SECRET_KEY"]  # made when the image was built (collectstatic, migrate)
+
+    shown = loaded_read_only(var, **_SERVER_STATE)
+    assert shown["SECRET_KEY"] == key and shown["ENGINE"].endswith("postgresql")
+    assert loaded_read_only(var, DJANGO_SECRET_KEY="from-the-environment", **_SERVER_STATE)["SECRET_KEY"] == (
+        "from-the-environment"
+    )
+
+
+def test_it_stops_in_one_line_on_a_read_only_var_it_cannot_make_private_or_keep_a_key_in(tmp_path):
+    open_to_all, empty = tmp_path / "open", tmp_path / "empty"
+    open_to_all.mkdir(mode=0o755)
+    open_to_all.chmod(0o755)
+    empty.mkdir(mode=0o700)
+
+    refused = settings_of(open_to_all, read_only=True, DJANGO_SECRET_KEY="from-the-environment", **_SERVER_STATE)
+    keyless = settings_of(empty, read_only=True, **_SERVER_STATE)
+
+    for done, says in ((refused, "AGENTFAST_VAR_DIR: "), (keyless, "DJANGO_SECRET_KEY: ")):
+        last = done.stderr.strip().splitlines()[-1]
+        assert done.returncode != 0 and last.startswith(f"django.core.exceptions.ImproperlyConfigured: {says}"), (
+            done.stderr
+        )
+        assert "Read-only file system" in last
+    assert mode(open_to_all) == 0o755 and list(empty.iterdir()) == []
+
+
+def loaded_read_only(var_dir: Path, **env: str) -> dict:
+    done = settings_of(var_dir, read_only=True, **env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 @pytest.mark.parametrize("value", [None, "", "  "])
