@@ -584,8 +584,12 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # The one handler, on the root logger: daphne and Celery add one of their own to the root
+    # only when it has none, and a handler on `agents` as well wrote each of its lines twice.
+    # The root's level is the processes' (dashboard.processes.log_level).
+    "root": {"handlers": ["console"], "level": _log_level("AGENTFAST_LOG_LEVEL", "WARNING")},
     "loggers": {
-        "agents": {"handlers": ["console"], "level": _log_level("AGENTFAST_LOG_LEVEL", "INFO")},
+        "agents": {"level": _log_level("AGENTFAST_LOG_LEVEL", "INFO")},
         # A refused or missing page (4xx) is the client's doing, not the server's: Django logged
         # each 403 with a full traceback. Server errors (5xx) are still logged, with theirs.
         "django.request": {"level": "ERROR"},
