@@ -509,9 +509,17 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # tries, about 50 minutes, and exits; nothing under `make run` would start it again).
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # A publish must fail fast when Redis is down: the decision is already committed and the
-# sweeper will enqueue it later (Redis is never the source of truth).
+# sweeper will enqueue it later (Redis is never the source of truth). Not retrying the publish
+# is not enough: kombu also retried the connection under it, sleeping 2 s then 4 s, so each
+# decision and new run took over 6 s to answer. `max_retries` 0 is that connection's alone;
+# a worker's consumer reconnects with CELERY_BROKER_CONNECTION_MAX_RETRIES, for ever.
 CELERY_TASK_PUBLISH_RETRY = False
-CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5, "visibility_timeout": 3600}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_connect_timeout": 2,
+    "socket_timeout": 5,
+    "visibility_timeout": 3600,
+    "max_retries": 0,
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # New runs queue behind decided ones: Redis hands out priority 0 first (kombu's steps 0, 3, 6,
 # 9; Celery's default is 0), so a run a person just decided resumes before the backlog of new

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import redis
@@ -134,6 +135,27 @@ def test_it_keeps_a_committed_decision_when_the_broker_is_down(
     approval.refresh_from_db()
     assert approval.status == "approved"
     assert "could not enqueue agents.tasks.run_drive" in caplog.text and "the sweeper will retry" in caplog.text
+
+
+def test_it_gives_up_on_a_broker_that_is_down_at_once_rather_than_after_retries(
+    db, django_capture_on_commit_callbacks, redis_server
+):
+    # kombu retried the connection for each message, sleeping 2 s then 4 s: every decision and
+    # every new run took over 6 s to answer while Redis was down, and held a web thread meanwhile.
+    [approval] = pending(start(REFUND))
+
+    redis_server.stop()
+    try:
+        began = time.monotonic()
+        with django_capture_on_commit_callbacks(execute=True):
+            decide(approval, "approved")
+            services.run_create(agent="support", input=REFUND, created_by="bob")
+        took = time.monotonic() - began
+    finally:
+        redis_server.start()
+
+    assert took < 2, f"two messages to a broker that is down took {took:.1f} s"
+    assert Approval.objects.get(pk=approval.pk).status == "approved" and Run.objects.count() == 2
 
 
 def test_it_leaves_the_resume_to_the_caller_when_the_run_says_so(db, django_capture_on_commit_callbacks):
