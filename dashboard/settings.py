@@ -546,6 +546,9 @@ AGENTFAST_SWEEP_GRACE_SECONDS = _float("AGENTFAST_SWEEP_GRACE_SECONDS", 10, zero
 CELERY_BEAT_SCHEDULE = {
     "agentfast-sweep": {"task": "agents.tasks.sweep", "schedule": AGENTFAST_SWEEP_SECONDS},
 }
+# Beat's record of when each entry last ran lives with the rest of the state, not in the folder
+# beat started in (Celery's default): a service's folder is often read-only, and beat stopped there.
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # -- Notifications (webhooks, email, chat) ---------------------------------------------------
 # Links in mails and chat messages point here.

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 
@@ -114,6 +115,20 @@ def _dev_env(var_dir: Path, port: int) -> dict[str, str]:
     return env
 
 
+def _start(argv: list[str], *, cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start a process of the project in a process group of its own, its output in `log`."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def _stop_dev(dev: subprocess.Popen[bytes], log: Path) -> None:
     """SIGTERM `dev` (honcho stops its children); SIGKILL whatever is left of the groups it started."""
     if dev.poll() is None:
@@ -134,16 +149,7 @@ def _stop_dev(dev: subprocess.Popen[bytes], log: Path) -> None:
 def test_it_runs_make_run_with_an_empty_redis_url_and_announces_a_working_login(tmp_path):
     """`agentfast dev` with REDIS_URL="": the embedded Redis answers, the web answers, the printed login works."""
     var_dir, port, log = tmp_path / "var", free_port(), tmp_path / "dev.log"
-    with log.open("wb") as out:
-        dev = subprocess.Popen(
-            [sys.executable, "-m", "dashboard.cli", "dev"],
-            cwd=ROOT,
-            env=_dev_env(var_dir, port),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    dev = _start([sys.executable, "-m", "dashboard.cli", "dev"], cwd=ROOT, env=_dev_env(var_dir, port), log=log)
     try:
         wait_for(lambda: "agentfast is ready on" in log.read_text(), timeout=180, what="agentfast dev to announce")
         username, password = re.search(r"login: (\S+) / (\S+)", log.read_text()).groups()
@@ -202,3 +208,27 @@ def test_it_runs_the_worker_on_threads_unless_the_arguments_choose(monkeypatch):
 
     monkeypatch.setenv("AGENTFAST_WORKER_CONCURRENCY", "200")
     assert processes._worker_pool(["--pool=prefork"]) == ["--concurrency=200"]
+
+
+@pytest.mark.integration
+def test_beat_keeps_its_schedule_in_the_state_folder_whatever_folder_it_starts_in(tmp_path):
+    """`celery -A dashboard beat` as the README starts it: in a service's folder, not the checkout."""
+    var_dir, elsewhere, log = tmp_path / "var", tmp_path / "service", tmp_path / "beat.log"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTFAST_", "DJANGO_"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="dashboard.settings",
+        AGENTFAST_VAR_DIR=str(var_dir),
+        REDIS_URL=settings.REDIS_URL,  # the suite's own Redis
+        PYTHONPATH=str(ROOT),
+    )
+    beat = _start(
+        [sys.executable, "-m", "celery", "-A", "dashboard", "beat", "--loglevel=INFO"], cwd=elsewhere, env=env, log=log
+    )
+    try:
+        wait_for(lambda: "Sending due task" in log.read_text(), timeout=60, what="beat to send its sweep")
+    finally:
+        os.killpg(beat.pid, signal.SIGTERM)
+        beat.wait(timeout=30)
+
+    assert [p.name for p in var_dir.glob("celerybeat-schedule*")] and not list(elsewhere.iterdir())
