@@ -132,26 +132,40 @@ def client_address(request: HttpRequest) -> str:
     2. Otherwise walk X-Forwarded-For from the right (the hop nearest us), skipping trusted
        proxies; the first other address is the client. Left of it anyone may have written anything.
     3. A hop that is no IP address is not believed: the last trusted address stands.
+
+    An IPv4 address written as IPv6 (::ffff:10.0.0.5, how a server listening on `::` names an
+    IPv4 peer) is read as the IPv4 address: a proxy listed as 10.0.0.5 was not recognised, so
+    the audit named the proxy for every decision and one guesser locked a user out for everyone.
     """
-    address = request.META.get("REMOTE_ADDR", "")
+    address = _written(request.META.get("REMOTE_ADDR", ""))
     if not _is_trusted_proxy(address):
         return address[:_ORIGIN_CHARS]
     hops = request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
     for hop in reversed([hop.strip() for hop in hops if hop.strip()]):
-        if ip_of(hop) is None:
+        ip = ip_of(hop)
+        if ip is None:
             break
-        address = hop
-        if not _is_trusted_proxy(hop):
+        address = str(ip)
+        if not _is_trusted_proxy(address):
             break
     return address[:_ORIGIN_CHARS]
 
 
 def ip_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """Return the IP address the text is, or None."""
+    """Return the IP address the text is (an IPv4 address written as IPv6, ::ffff:a.b.c.d, as IPv4), or None."""
     try:
-        return ipaddress.ip_address(text)
+        address = ipaddress.ip_address(text)
     except ValueError:
         return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _written(text: str) -> str:
+    """Return an address as it reads best (::ffff:a.b.c.d as a.b.c.d); text that is none, as it is."""
+    address = ip_of(text)
+    return text if address is None else str(address)
 
 
 def _is_trusted_proxy(text: str) -> bool:

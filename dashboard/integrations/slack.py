@@ -96,9 +96,7 @@ def _sender(address: str) -> str:
     ip = ip_of(address)
     if ip is None:
         return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:  # ::ffff:a.b.c.d is the IPv4 host a.b.c.d
-            return str(ip.ipv4_mapped)
+    if isinstance(ip, ipaddress.IPv6Address):  # ip_of reads ::ffff:a.b.c.d as the IPv4 host a.b.c.d
         return str(ipaddress.ip_network(f"{ip}/64", strict=False))
     return str(ip)
 

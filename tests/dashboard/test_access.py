@@ -161,6 +161,19 @@ def test_it_locks_out_a_user_name_from_an_address_after_repeated_wrong_passwords
     assert elsewhere.post("/accounts/login/", {"username": "alice", "password": "alice-password"}).status_code == 302
 
 
+def test_it_locks_out_one_client_behind_a_proxy_not_everyone_it_serves(settings, alice):
+    # The proxy reaches `agentfast serve --host ::` over IPv4, so its address reads ::ffff:10.0.0.5.
+    settings.AGENTFAST_TRUSTED_PROXIES = ["10.0.0.5"]
+    through_proxy = {"REMOTE_ADDR": "::ffff:10.0.0.5"}
+    guesser = Client(HTTP_X_FORWARDED_FOR="198.51.100.7", **through_proxy)
+
+    assert fail_to_sign_in(guesser, "alice", settings.AXES_FAILURE_LIMIT)[-1] == 429
+
+    alice_at_her_desk = Client(HTTP_X_FORWARDED_FOR="203.0.113.9", **through_proxy)
+    signed_in = alice_at_her_desk.post("/accounts/login/", {"username": "alice", "password": "alice-password"})
+    assert signed_in.status_code == 302
+
+
 def test_it_forgets_failures_after_a_successful_sign_in(settings, alice):
     client = Client()
     assert set(fail_to_sign_in(client, "alice", settings.AXES_FAILURE_LIMIT - 1)) == {200}

@@ -423,6 +423,25 @@ def test_it_does_not_believe_a_forwarded_hop_that_is_no_address(alice, approval,
     assert entry.origin == "127.0.0.1"
 
 
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "origin"),
+    [
+        ("::ffff:10.0.0.5", "203.0.113.9", "203.0.113.9"),  # the proxy, reaching a socket of both families
+        ("::ffff:10.0.0.5", "6.6.6.6, ::ffff:203.0.113.9", "203.0.113.9"),
+        ("::ffff:198.51.100.7", "10.9.9.9", "198.51.100.7"),  # anyone else, named as the IPv4 host it is
+    ],
+)
+def test_it_reads_an_ipv4_peer_of_a_server_listening_on_ipv6_as_ipv4(
+    alice, approval, settings, peer, forwarded, origin
+):
+    # `agentfast serve --host ::` takes IPv4 connections too, and names their peer ::ffff:a.b.c.d.
+    settings.AGENTFAST_TRUSTED_PROXIES = ["10.0.0.5"]
+
+    entry = decide_with(alice, approval, REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR=forwarded)
+
+    assert entry.origin == origin
+
+
 # -- deciding for someone else (item 14) -------------------------------------------------
 
 
