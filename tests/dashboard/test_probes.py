@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -80,3 +81,30 @@ def test_a_production_web_process_answers_its_probes_by_address(production_daphn
     assert health.status_code == 200 and health.json() == {"ok": True}
     assert scrape.status_code == 200 and "agentfast_runs{" in scrape.text
     assert httpx.get(f"{production_daphne.url}/", timeout=10).status_code == 400
+
+
+@pytest.mark.integration
+def test_it_answers_a_health_check_with_503_while_the_database_is_out_of_reach(django_db_setup: None, tmp_path):  # noqa: ANN001
+    # Nothing listens on port 1; without a pool each request connects, and is refused at once.
+    down = child_env(DATABASE_URL="postgres://agentfast@127.0.0.1:1/agentfast", AGENTFAST_DB_POOL="0")
+    server = Daphne(log=tmp_path / "daphne.log", env=down)
+    server.start()
+    try:
+        health = _first_answer(f"{server.url}/healthz")
+    finally:
+        server.stop()
+
+    assert (health.status_code, health.json()) == (503, {"ok": False, "error": "the database is out of reach"})
+    assert "Traceback" not in server.log_tail()
+
+
+def _first_answer(url: str, timeout: float = 30) -> httpx.Response:
+    """GET the URL as soon as the process listens."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return httpx.get(url, timeout=10)
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
