@@ -108,7 +108,9 @@ def _approver(name: str) -> str:
 
 # Who may decide, or is escalated to: Django group names, or "user:NAME".
 Approvers = tuple[Annotated[str, Field(strict=True, max_length=150), AfterValidator(_approver)], ...]
-Quorum = Annotated[int, Field(strict=True, ge=1, le=100)]
+# Distinct approvers of the same arguments. A rule's as well as a tool's: a rule asking 30 (a typo)
+# made calls nobody could approve, which an `on_timeout: approve` then ran at their deadline.
+Quorum = Annotated[int, Field(strict=True, ge=1, le=20)]
 OnTimeout = Literal["reject", "approve", "escalate"]
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -221,7 +223,7 @@ class ToolPolicy(_Deadline):
         None
     )
     approvers: Approvers = ()  # empty means any reviewer
-    quorum: Annotated[int, Field(strict=True, ge=1, le=20)] = 1  # distinct approvers of the same arguments
+    quorum: Quorum = 1
     four_eyes: Annotated[bool, Field(strict=True)] = False  # whoever started the run may not approve its calls
     grants: Annotated[bool, Field(strict=True)] = True
     rules: tuple[Rule, ...] = ()

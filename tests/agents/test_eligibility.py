@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -205,12 +206,16 @@ tool_overrides:
         ("{quorum: 21}", "tool_overrides.refund_request.quorum: must be a whole number from 1 to 20"),
         ("{four_eyes: 'yes'}", "tool_overrides.refund_request.four_eyes: must be true or false"),
         ("{approvers: finance}", "tool_overrides.refund_request.approvers: must be a list"),
+        (
+            "{rules: [{name: big, when: 'true', action: ask, quorum: 30}]}",
+            "tool_overrides.refund_request.rules[0].quorum: must be a whole number from 1 to 20",
+        ),
     ],
 )
 def test_it_refuses_bad_who_decides_keys_naming_the_key(agent_config, entry: str, problem: str):
     agent_config(f"agents: {{}}\ntool_overrides:\n  refund_request: {entry}\n")
 
-    with pytest.raises(ConfigError, match=problem.replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape(problem)):
         get_policy()
 
 
