@@ -19,11 +19,14 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+if TYPE_CHECKING:
+    from agents.policy.config import Policy
 
 # sun_path is 108 bytes on Linux; a deep checkout can exceed it.
 _MAX_SOCKET_PATH = 100
@@ -292,8 +295,21 @@ def _say_configuration_problems() -> None:
     from agents.policy.config import configuration_problems as policy_problems
     from agents.policy.config import get_policy
 
-    for problem in [*policy_problems(get_policy()), *configuration_problems()]:
+    policy = get_policy()
+    for problem in [*policy_problems(policy), *configuration_problems(), *_people_problems(policy)]:
         print(f"agentfast: warning: {problem}", file=sys.stderr, flush=True)
+
+
+def _people_problems(policy: Policy) -> list[str]:
+    """Return the approvers the file names that nobody in the database is (none while it cannot be read)."""
+    from django.db import DatabaseError
+
+    from agents.services.eligibility import unknown_approvers
+
+    try:
+        return list(unknown_approvers(policy))
+    except DatabaseError:  # not migrated yet, or out of reach: the process says so itself soon enough
+        return []
 
 
 def _serve(args: argparse.Namespace) -> None:

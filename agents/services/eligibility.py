@@ -8,15 +8,15 @@ quorum: a vote counts only while its voter may decide (`counted_voters`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.db.models import Q, QuerySet
 
 from agents.models import Approval, AuditEntry, Run, Vote
-from agents.policy.config import USER_PREFIX
+from agents.policy.config import USER_PREFIX, Policy, Rule, ToolPolicy
 from agents.sql import JsonArrayHasAny
 
 DECIDE = "agents.decide_approval"
@@ -238,3 +238,35 @@ def group_names(user: Any) -> set[str]:
 
 def waits_for(approval: Approval) -> str:
     return approval.waits_for
+
+
+def unknown_approvers(policy: Policy) -> Iterator[str]:
+    """Say each approvers or escalate_to entry of the file naming no group, or no active user, in the database.
+
+    Nobody it names can decide: a call only they may approve waits for ever, or runs at its
+    deadline under on_timeout: approve. Said when a process starts; a group made later is not seen.
+    """
+    named = list(_approver_entries(policy))
+    people = {name.removeprefix(USER_PREFIX) for _, name in named if name.startswith(USER_PREFIX)}
+    users = set(User.objects.filter(username__in=people, is_active=True).values_list("username", flat=True))
+    groups = set(Group.objects.filter(name__in=[name for _, name in named]).values_list("name", flat=True))
+    for where, name in named:
+        person = name.removeprefix(USER_PREFIX) if name.startswith(USER_PREFIX) else None
+        if person is None and name not in groups:
+            yield f"{policy.path}: {where}: no group is named {name!r}, so nobody it names can decide"
+        elif person is not None and person not in users:
+            yield f"{policy.path}: {where}: {person!r} is no active user, so {name!r} names nobody who can decide"
+
+
+def _approver_entries(policy: Policy) -> Iterator[tuple[str, str]]:
+    """Yield (where in the file, name) for every approvers and escalate_to entry, of tools and their rules."""
+    scopes: list[tuple[str, dict[str, ToolPolicy]]] = [("tool_overrides", policy.tool_overrides)]
+    scopes += [(f"agents.{name}.tool_overrides", agent.tool_overrides) for name, agent in policy.agents.items()]
+    for scope, tools in scopes:
+        for tool_name, tool in tools.items():
+            keyed: list[tuple[str, ToolPolicy | Rule]] = [(f"{scope}.{tool_name}", tool)]
+            keyed += [(f"{scope}.{tool_name}.rules.{rule.name}", rule) for rule in tool.rules]
+            for where, entry in keyed:
+                for key in ("approvers", "escalate_to"):
+                    for name in getattr(entry, key, None) or ():
+                        yield f"{where}.{key}", name

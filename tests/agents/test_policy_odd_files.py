@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import Group, User
 
 from agents.policy.config import ConfigError, load, parse
 
@@ -36,7 +37,7 @@ tool_overrides:
 """
 
 
-def test_it_warns_at_start_of_a_listed_name_one_typo_away_from_a_tool_it_leaves_ungated(agent_config, capsys):
+def test_it_warns_at_start_of_a_listed_name_one_typo_away_from_a_tool_it_leaves_ungated(db, agent_config, capsys):
     from agents.policy.config import get_policy
     from dashboard.processes import _say_configuration_problems
 
@@ -45,7 +46,7 @@ def test_it_warns_at_start_of_a_listed_name_one_typo_away_from_a_tool_it_leaves_
 
     _say_configuration_problems()
 
-    [line] = capsys.readouterr().err.splitlines()
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "no group is named" not in line]
     assert line.startswith(f"agentfast: warning: {path}: tool_overrides.refund_requests: ")
     assert "'refund_request'" in line and "without asking anyone" in line
     # wire_money is like no registered tool: an external agent's, said nothing of.
@@ -67,16 +68,58 @@ tool_overrides:
 """
 
 
-def test_it_warns_at_start_of_a_stricter_ask_rule_the_clock_still_approves(agent_config, capsys):
+def test_it_warns_at_start_of_a_stricter_ask_rule_the_clock_still_approves(db, agent_config, capsys):
     from dashboard.processes import _say_configuration_problems
 
     path = agent_config(CLOCK_APPROVES_LARGE)
+    Group.objects.create(name="managers")
 
     _say_configuration_problems()
 
     [line] = capsys.readouterr().err.splitlines()  # "managers" sets its own on_timeout: nothing to say of it
     assert line.startswith(f"agentfast: warning: {path}: tool_overrides.refund_request.rules.large: asks for 2 ")
     assert "the clock approves its calls" in line
+
+
+NAMES_NOBODY = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request, send_email]
+    tool_overrides:
+      send_email: {risk: high, approvers: ["user:ghost"]}
+tool_overrides:
+  refund_request:
+    risk: high
+    approvers: [finance, reviewer]
+    rules:
+      - name: large
+        when: "args.amount_cents > 50000"
+        action: ask
+        approvers: [managers]
+        timeout: 1h
+        on_timeout: escalate
+        escalate_to: ["user:alice", "user:bob"]
+"""
+
+
+def test_it_warns_at_start_of_approvers_that_name_nobody_who_can_decide(db, alice, bob, agent_config, capsys):
+    # Calls only they may approve wait for ever, or run at their deadline under on_timeout: approve.
+    from dashboard.processes import _say_configuration_problems
+
+    path = agent_config(NAMES_NOBODY)
+    User.objects.filter(username="bob").update(is_active=False)
+
+    _say_configuration_problems()
+
+    lines = [line.removeprefix(f"agentfast: warning: {path}: ") for line in capsys.readouterr().err.splitlines()]
+    no_group, no_user = "so nobody it names can decide", "names nobody who can decide"
+    assert lines == [
+        f"tool_overrides.refund_request.approvers: no group is named 'finance', {no_group}",
+        f"tool_overrides.refund_request.rules.large.approvers: no group is named 'managers', {no_group}",
+        f"tool_overrides.refund_request.rules.large.escalate_to: 'bob' is no active user, so 'user:bob' {no_user}",
+        f"agents.support.tool_overrides.send_email.approvers: 'ghost' is no active user, so 'user:ghost' {no_user}",
+    ]
 
 
 @pytest.mark.parametrize(
