@@ -159,18 +159,29 @@ def _private_file(path: Path) -> None:
             each.chmod(0o600)
 
 
+# The key file holds a key this module made (50 characters); anything much shorter was not.
+MIN_STORED_KEY_CHARS = 32
+
+
 def _secret_key(path: Path) -> str:
     """Return DJANGO_SECRET_KEY, else the key in var/secret_key, generated once (0600)."""
     explicit = _secret("DJANGO_SECRET_KEY")
     if explicit:
         return explicit
     try:
-        return _stored_secret_key(path)
+        key = _stored_secret_key(path)
     except OSError as exc:
         raise ImproperlyConfigured(
             f"DJANGO_SECRET_KEY: unset, and the key file {path} cannot be made or read ({exc.strerror});"
             " set the variable (every process the same)"
         ) from None
+    if len(key) < MIN_STORED_KEY_CHARS:
+        # Made by hand (`touch`) or cut short: an empty key answers 500 to every page, a short one is guessed.
+        raise ImproperlyConfigured(
+            f"DJANGO_SECRET_KEY: unset, and the key file {path} holds {len(key)} characters, not a key;"
+            " delete the file to have one made, or set the variable (every process the same)"
+        )
+    return key
 
 
 def _stored_secret_key(path: Path) -> str:

@@ -112,6 +112,21 @@ def test_it_generates_a_private_secret_key_once_and_reuses_it(tmp_path):
     assert loaded(var, DJANGO_SECRET_KEY="from-the-environment")["SECRET_KEY"] == "from-the-environment"
 
 
+@pytest.mark.parametrize("held", ["", "changeme\n"], ids=["empty", "short"])
+def test_it_stops_at_start_with_a_key_file_that_holds_no_key(tmp_path, held):
+    var = tmp_path / "var"
+    var.mkdir(mode=0o700)
+    (var / "secret_key").write_text(held)
+
+    refused = settings_of(var)
+
+    assert refused.returncode != 0
+    line = refused.stderr.splitlines()[-1]
+    assert (
+        f"DJANGO_SECRET_KEY: unset, and the key file {var / 'secret_key'} holds {len(held.strip())} characters" in line
+    )
+
+
 def test_it_takes_a_blank_secret_as_unset_never_as_the_key(tmp_path):
     var = tmp_path / "var"
 
