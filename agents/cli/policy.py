@@ -48,17 +48,20 @@ def _check(args: argparse.Namespace) -> None:
         echo(f"reason:    {verdict.reason}")
     echo(f"policy:    {verdict.policy_version}")
     if args.by:
-        echo(f"by:        {args.by} {'could approve it' if could else 'could not approve it'}")
+        # The call is checked as one of a run `--by` started, so four eyes keeps them from approving it.
+        why = " (four eyes: they started the run)" if verdict.action == "ask" and verdict.four_eyes else ""
+        echo(f"by:        {args.by} {'could approve it' if could else 'could not approve it'}{why}")
 
 
 def _could_approve(username: str, verdict: Any) -> bool:
-    """Return whether a user could approve the call: a reviewer, and one of its approvers if it names any."""
+    """Return whether a user could approve the call of a run they started: a reviewer, one of its approvers if
+    it names any, and not kept out by four eyes."""
     from django.contrib.auth import get_user_model
 
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
         raise CliError(f"no active user {username!r}; nothing was run")
-    if verdict.action != "ask" or not user.has_perm("agents.decide_approval"):
+    if verdict.action != "ask" or verdict.four_eyes or not user.has_perm("agents.decide_approval"):
         return False
     if not verdict.approvers:
         return True

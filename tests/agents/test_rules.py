@@ -15,6 +15,7 @@ from agents.policy import ConfigError, ToolPolicy, floor, load, parse
 from agents.policy.rules import CallFacts, GrantMatch, evaluate
 from tests.conftest import ROOT, child_env
 from tests.support import flows
+from tests.support.policies import support_yaml
 
 RULES = """
 agents:
@@ -346,6 +347,16 @@ def test_it_says_whether_a_user_could_approve(db, capsys, alice):
     body = json.loads(capsys.readouterr().out)
 
     assert code == 0 and (body["by"], body["could_approve"]) == ("alice", True)
+
+
+def test_it_says_four_eyes_keep_the_runs_starter_from_approving(db, capsys, alice, agent_config):
+    agent_config(support_yaml(four_eyes=True))
+    arguments = '{"order_id": "A1004", "amount_cents": 7500}'
+
+    code = cli_main(["policy", "check", "refund_request", arguments, "--agent", "support", "--by", "alice"])
+
+    assert code == 0
+    assert "by:        alice could not approve it (four eyes: they started the run)" in capsys.readouterr().out
 
 
 EXTERNAL_POLICY = """
