@@ -665,21 +665,27 @@ def configuration_problems(policy: Policy) -> list[str]:
 
 
 def _rules_the_clock_approves(policy: Policy) -> Iterator[str]:
-    """Say each ask rule that asks more than its tool, yet takes the tool's `on_timeout: approve`.
+    """Say each ask rule that asks more than its tool, yet takes the tool's `on_timeout: approve` or `escalate`.
 
     An ask rule takes the tool's deadline keys it does not set: one asking more people than the
-    tool does still lets the clock approve its calls.
+    tool does still lets the clock approve its calls, or hands them at the deadline to the
+    tool's escalate_to, who then decide calls the rule kept from them.
     """
     for name, tool in policy.tool_overrides.items():
-        if tool.on_timeout != "approve":
+        if tool.on_timeout not in ("approve", "escalate"):
             continue
+        then = (
+            "the clock approves its calls when nobody decides"
+            if tool.on_timeout == "approve"
+            else f"its calls go at the deadline to the tool's escalate_to ({', '.join(tool.escalate_to or ())})"
+        )
         for rule in tool.rules:
             more = _asks_more(rule, tool) if rule.action == "ask" and rule.on_timeout is None else ""
             if more:
                 yield (
                     f"{policy.path}: tool_overrides.{name}.rules.{rule.name}: asks for {more}, yet takes the "
-                    "tool's on_timeout: approve, so the clock approves its calls when nobody decides; give the "
-                    "rule its own on_timeout (reject or escalate) unless that is meant"
+                    f"tool's on_timeout: {tool.on_timeout}, so {then}; give the rule its own on_timeout "
+                    "unless that is meant"
                 )
 
 

@@ -81,6 +81,21 @@ def test_it_warns_at_start_of_a_stricter_ask_rule_the_clock_still_approves(db, a
     assert "the clock approves its calls" in line
 
 
+def test_it_warns_at_start_of_a_stricter_ask_rule_whose_calls_escalate_to_the_tools_people(db, agent_config, capsys):
+    from dashboard.processes import _say_configuration_problems
+
+    escalating = CLOCK_APPROVES_LARGE.replace("on_timeout: approve", "on_timeout: escalate\n    escalate_to: [ops]")
+    path = agent_config(escalating)
+    Group.objects.create(name="managers")
+    Group.objects.create(name="ops")
+
+    _say_configuration_problems()
+
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"agentfast: warning: {path}: tool_overrides.refund_request.rules.large: asks for 2 ")
+    assert "its calls go at the deadline to the tool's escalate_to (ops)" in line
+
+
 NAMES_NOBODY = """
 agents:
   support:
