@@ -84,9 +84,14 @@ def test_a_production_web_process_answers_its_probes_by_address(production_daphn
 
 
 @pytest.mark.integration
-def test_it_answers_a_health_check_with_503_while_the_database_is_out_of_reach(django_db_setup: None, tmp_path):  # noqa: ANN001
-    # Nothing listens on port 1; without a pool each request connects, and is refused at once.
-    down = child_env(DATABASE_URL="postgres://agentfast@127.0.0.1:1/agentfast", AGENTFAST_DB_POOL="0")
+@pytest.mark.parametrize("pool", ["0", "20"], ids=["no-pool", "pool"])
+def test_it_answers_a_health_check_with_503_soon_while_the_database_is_out_of_reach(
+    django_db_setup: None,
+    tmp_path,
+    pool: str,  # noqa: ANN001
+):
+    # Nothing listens on port 1. A request with the pool waits 30 s for a connection; a probe must not.
+    down = child_env(DATABASE_URL="postgres://agentfast@127.0.0.1:1/agentfast", AGENTFAST_DB_POOL=pool)
     server = Daphne(log=tmp_path / "daphne.log", env=down)
     server.start()
     try:
@@ -95,6 +100,7 @@ def test_it_answers_a_health_check_with_503_while_the_database_is_out_of_reach(d
         server.stop()
 
     assert (health.status_code, health.json()) == (503, {"ok": False, "error": "the database is out of reach"})
+    assert health.elapsed.total_seconds() < 8
     assert "Traceback" not in server.log_tail()
 
 
