@@ -419,19 +419,11 @@ def verdict_now(approval: Approval, arguments: dict[str, Any]) -> Verdict:
     person is asked, so neither an edit nor a deadline carries a call onto arguments one of
     them refuses. Raises ConfigError when the file cannot be read.
     """
-    run = approval.run
     try:
-        agent = grants.agent_of(run)
+        agent = grants.agent_of(approval.run)
     except ConfigError:
         agent = None  # the agent is gone from the file: its floor, the file's own policy, still holds
-    facts = CallFacts(
-        tool=approval.tool,
-        args=arguments,
-        agent=agent.name if agent is not None else run.agent,
-        run={"id": run.id, "agent": run.agent, "created_by": run.created_by, "input": run.input},
-        now=timezone.now(),
-        account=run.account,
-    )
+    facts = grants.facts_of(approval, arguments)
     return evaluate(get_policy(), facts, agent=agent, grant_lookup=_remembered_rejection)
 
 

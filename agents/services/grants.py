@@ -85,7 +85,30 @@ def refusal(*, approval: Approval, decision: str, decider: str) -> str | None:
         return f"decisions on {approval.tool} cannot be remembered (grants: false)"
     if decision == Approval.Status.APPROVED and approval.quorum > 1:
         return f"{approval.tool} needs {approval.quorum} approvers here: one person's approval cannot be remembered"
+    # A grant applies only where the policy itself asks its author (_still_authorized): someone who
+    # decides this call through its escalation, or under approvers the file has narrowed since,
+    # would make a grant that never decides anything, listed as if it did.
+    approvers, _ = asked(facts_of(approval, approval.current_arguments or {}), tool)
+    if approvers and eligibility.restriction(user, Approval(approvers=list(approvers))) is not None:
+        return f"the policy asks {', '.join(approvers)} for such calls, and a remembered decision is theirs alone"
     return None
+
+
+def facts_of(approval: Approval, arguments: dict[str, Any]) -> CallFacts:
+    """Return the facts the policy judges the approval's call by, now, with these arguments."""
+    run = approval.run
+    try:
+        agent = agent_of(run)
+    except ConfigError:
+        agent = None  # the agent is gone from the file: its floor, the file's own policy, still holds
+    return CallFacts(
+        tool=approval.tool,
+        args=arguments,
+        agent=agent.name if agent is not None else run.agent,
+        run={"id": run.id, "agent": run.agent, "created_by": run.created_by, "input": run.input},
+        now=timezone.now(),
+        account=run.account,
+    )
 
 
 def _tool_policy_of(approval: Approval) -> ToolPolicy | None:

@@ -14,6 +14,7 @@ from agents.cli import main as cli_main
 from agents.models import Approval, AuditEntry, Grant, Run, ToolCall
 from agents.policy import get_policy
 from agents.policy.rules import CallFacts
+from agents.services.deadlines import approval_deadline_fire
 from agents.services.errors import InvalidInput, NotPermitted
 from tests.support import flows
 
@@ -176,6 +177,19 @@ def test_it_refuses_to_remember_for_the_runs_own_starter_under_four_eyes(policy_
     _, approval = _asked("Refund order A1001 for 25.00 USD")  # started by bob
 
     _refused_remember(approval, by="bob", match="four eyes")
+
+
+def test_it_refuses_to_remember_for_someone_who_decides_through_the_escalation(policy_file, alice, bob):
+    # A grant applies only where the policy asks its author: bob's would never decide a call.
+    policy_file(
+        "    approvers: ['user:alice']\n    timeout: 1h\n    on_timeout: escalate\n    escalate_to: ['user:bob']\n"
+    )
+    _, approval = _asked("Refund order A1001 for 25.00 USD")
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert approval_deadline_fire(approval_id=approval.id) == "escalated"
+
+    _refused_remember(approval, by="bob", match="the policy asks user:alice for such calls")
+    assert flows.decide(approval, "approved", by="bob").outcome == "decided"  # his say on this one call stands
 
 
 def test_it_refuses_to_remember_on_a_tool_without_grants(policy_file, alice):
