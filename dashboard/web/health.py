@@ -36,6 +36,7 @@ def _ask_the_database() -> None:
     import psycopg
 
     try:
+        pool.open()  # as Django's first connection does; a no-op once open
         with pool.connection(timeout=PROBE_SECONDS) as pooled:
             pooled.execute("SELECT 1")
     except psycopg.Error as exc:  # the pool's timeout is one too
