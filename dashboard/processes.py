@@ -296,8 +296,23 @@ def _say_configuration_problems() -> None:
     from agents.policy.config import get_policy
 
     policy = get_policy()
-    for problem in [*policy_problems(policy), *configuration_problems(), *_people_problems(policy)]:
+    problems = [*_secret_key_problems(), *policy_problems(policy), *configuration_problems(), *_people_problems(policy)]
+    for problem in problems:
         print(f"agentfast: warning: {problem}", file=sys.stderr, flush=True)
+
+
+def _secret_key_problems() -> list[str]:
+    """Say a DJANGO_SECRET_KEY that Django's own deploy check calls weak: it signs sessions and one-click links."""
+    from django.core.checks.security.base import check_secret_key
+
+    return [WEAK_SECRET_KEY] if check_secret_key(None) else []
+
+
+WEAK_SECRET_KEY = (
+    "DJANGO_SECRET_KEY is short or plain (under 50 characters, or under 5 different ones): whoever guesses "
+    "it signs sessions and one-click links as anyone; set 50 random characters "
+    "(python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+)
 
 
 def _people_problems(policy: Policy) -> list[str]:

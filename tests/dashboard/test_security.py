@@ -127,6 +127,19 @@ def test_it_stops_at_start_with_a_key_file_that_holds_no_key(tmp_path, held):
     )
 
 
+def test_it_warns_at_start_of_a_secret_key_anyone_could_guess(db, settings, capsys):
+    from dashboard.processes import _say_configuration_problems
+
+    settings.SECRET_KEY = "changeme-in-production"
+    _say_configuration_problems()
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("agentfast: warning: DJANGO_SECRET_KEY is short or plain (under 50 characters")
+
+    settings.SECRET_KEY = "kP3v" * 13  # 52 characters, yet 4 different ones
+    _say_configuration_problems()
+    assert "DJANGO_SECRET_KEY is short or plain" in capsys.readouterr().err
+
+
 def test_it_takes_a_blank_secret_as_unset_never_as_the_key(tmp_path):
     var = tmp_path / "var"
 
