@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents import text
@@ -72,10 +72,7 @@ def delivery_keep_claim(*, delivery: Delivery) -> bool:
     `delivery` is as delivery_claim returned it; its next_attempt_at becomes the renewed claim.
     """
     until = timezone.now() + timedelta(seconds=CLAIM_SECONDS)
-    mine = Delivery.objects.filter(
-        pk=delivery.pk, status=Delivery.Status.PENDING, next_attempt_at=delivery.next_attempt_at
-    )
-    if not mine.update(next_attempt_at=until):
+    if not _still_claimed(delivery).update(next_attempt_at=until):
         return False
     delivery.next_attempt_at = until
     return True
@@ -92,12 +89,11 @@ def delivery_record(
     """
     now = now or timezone.now()
     attempts = delivery.attempts + 1
-    mine = Delivery.objects.filter(pk=delivery.pk)
     if ok:
-        mine = mine.exclude(status=Delivery.Status.DELIVERED)
+        mine = Delivery.objects.filter(pk=delivery.pk).exclude(status=Delivery.Status.DELIVERED)
         fields: dict[str, Any] = {"status": Delivery.Status.DELIVERED, "delivered_at": now, "next_attempt_at": None}
     else:
-        mine = mine.filter(status=Delivery.Status.PENDING, next_attempt_at=delivery.next_attempt_at)
+        mine = _still_claimed(delivery)
         if attempts >= MAX_ATTEMPTS:
             fields = {"status": Delivery.Status.FAILED, "next_attempt_at": None}
         else:
@@ -114,11 +110,18 @@ def delivery_record(
 
 def delivery_supersede(*, delivery: Delivery, reason: str) -> Delivery:
     """Give up a claimed delivery unsent because what it asks is settled; its claim must still be current."""
-    Delivery.objects.filter(
-        pk=delivery.pk, status=Delivery.Status.PENDING, next_attempt_at=delivery.next_attempt_at
-    ).update(status=Delivery.Status.SUPERSEDED, next_attempt_at=None, last_error=text.repair(reason)[:2000])
+    _still_claimed(delivery).update(
+        status=Delivery.Status.SUPERSEDED, next_attempt_at=None, last_error=text.repair(reason)[:2000]
+    )
     delivery.refresh_from_db()
     return delivery
+
+
+def _still_claimed(delivery: Delivery) -> QuerySet[Delivery]:
+    """Return the delivery while it is pending under this attempt's claim (its next_attempt_at as claimed)."""
+    return Delivery.objects.filter(
+        pk=delivery.pk, status=Delivery.Status.PENDING, next_attempt_at=delivery.next_attempt_at
+    )
 
 
 def delivery_redeliver(*, delivery_id: int, attempt: Attempt) -> Delivery:
