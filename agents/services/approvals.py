@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from agents import events, notify, queue, sql, text
 from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, ToolCall, Vote, arguments_digest
-from agents.policy.config import ConfigError, ToolPolicy, get_policy
+from agents.policy.config import ToolPolicy, get_policy
 from agents.policy.rules import CallFacts, GrantMatch, Verdict, evaluate
 from agents.services import eligibility, grants, runs
 from agents.services.audit import CHAIN_LOCK, audit_append
@@ -419,11 +419,7 @@ def verdict_now(approval: Approval, arguments: dict[str, Any]) -> Verdict:
     person is asked, so neither an edit nor a deadline carries a call onto arguments one of
     them refuses. Raises ConfigError when the file cannot be read.
     """
-    try:
-        agent = grants.agent_of(approval.run)
-    except ConfigError:
-        agent = None  # the agent is gone from the file: its floor, the file's own policy, still holds
-    facts = grants.facts_of(approval, arguments)
+    facts, agent = grants.call_of(approval, arguments)
     return evaluate(get_policy(), facts, agent=agent, grant_lookup=_remembered_rejection)
 
 

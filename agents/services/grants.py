@@ -88,20 +88,25 @@ def refusal(*, approval: Approval, decision: str, decider: str) -> str | None:
     # A grant applies only where the policy itself asks its author (_still_authorized): someone who
     # decides this call through its escalation, or under approvers the file has narrowed since,
     # would make a grant that never decides anything, listed as if it did.
-    approvers, _ = asked(facts_of(approval, approval.current_arguments or {}), tool)
+    facts, _ = call_of(approval, approval.current_arguments or {})
+    approvers, _ = asked(facts, tool)
     if approvers and eligibility.restriction(user, Approval(approvers=list(approvers))) is not None:
         return f"the policy asks {', '.join(approvers)} for such calls, and a remembered decision is theirs alone"
     return None
 
 
-def facts_of(approval: Approval, arguments: dict[str, Any]) -> CallFacts:
-    """Return the facts the policy judges the approval's call by, now, with these arguments."""
+def call_of(approval: Approval, arguments: dict[str, Any]) -> tuple[CallFacts, AgentSpec | None]:
+    """Return the facts the policy judges the approval's call by, now, with these arguments, and its agent entry.
+
+    The entry is None for an external run's call, and for an agent gone from the file: its
+    floor, the file's own policy, still holds.
+    """
     run = approval.run
     try:
         agent = agent_of(run)
     except ConfigError:
-        agent = None  # the agent is gone from the file: its floor, the file's own policy, still holds
-    return CallFacts(
+        agent = None
+    facts = CallFacts(
         tool=approval.tool,
         args=arguments,
         agent=agent.name if agent is not None else run.agent,
@@ -109,6 +114,7 @@ def facts_of(approval: Approval, arguments: dict[str, Any]) -> CallFacts:
         now=timezone.now(),
         account=run.account,
     )
+    return facts, agent
 
 
 def _tool_policy_of(approval: Approval) -> ToolPolicy | None:
