@@ -661,10 +661,10 @@ def _check_tools_exist(
 
 def configuration_problems(policy: Policy) -> list[str]:
     """Return what in the file looks like a mistake that weakens the gate, for the commands that start the site to say."""
-    return [*_rules_the_clock_approves(policy), *_typos_of_registered_tools(policy)]
+    return [*_stricter_rules_the_deadline_undoes(policy), *_typos_of_registered_tools(policy)]
 
 
-def _rules_the_clock_approves(policy: Policy) -> Iterator[str]:
+def _stricter_rules_the_deadline_undoes(policy: Policy) -> Iterator[str]:
     """Say each ask rule that asks more than its tool, yet takes the tool's `on_timeout: approve` or `escalate`.
 
     An ask rule takes the tool's deadline keys it does not set: one asking more people than the

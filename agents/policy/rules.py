@@ -148,10 +148,7 @@ def evaluate(
         quorum=tool.quorum,
         four_eyes=tool.four_eyes,
         mode=tool.hitl_mode,
-        timeout_seconds=tool.deadline_seconds,
-        on_timeout=tool.on_timeout or "reject",
-        escalate_to=tuple(tool.escalate_to or ()),
-        remind_every_seconds=tool.remind_every,
+        **tool_deadline(tool),
         grants=tool.grants,
         policy_version=policy.version,
         listed=listed,
@@ -218,6 +215,16 @@ def asked(facts: CallFacts, tool: ToolPolicy) -> tuple[tuple[str, ...], int]:
 def _askers(rule: Rule, approvers: tuple[str, ...], quorum: int) -> tuple[tuple[str, ...], int]:
     """Return an ask rule's approvers and quorum, each falling back to the tool's."""
     return (tuple(rule.approvers) if rule.approvers is not None else approvers), rule.quorum or quorum
+
+
+def tool_deadline(tool: ToolPolicy) -> dict[str, Any]:
+    """Return a tool's deadline keys as a verdict carries them (no on_timeout: reject)."""
+    return {
+        "timeout_seconds": tool.deadline_seconds,
+        "on_timeout": tool.on_timeout or "reject",
+        "escalate_to": tuple(tool.escalate_to or ()),
+        "remind_every_seconds": tool.remind_every,
+    }
 
 
 def rule_deadline(rule: Rule, base: Verdict) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET
 from agents import text
 from agents.policy import ConfigError, ToolPolicy, get_policy
 from agents.policy.config import Rule
-from agents.policy.rules import CheckError, Verdict, check, describe, rule_deadline
+from agents.policy.rules import CheckError, Verdict, check, describe, rule_deadline, tool_deadline
 from agents.tools import registry
 from dashboard.auth import reviewer_required
 
@@ -86,12 +86,13 @@ def _account(account: str) -> str:
 def _tool_summary(name: str, tool: ToolPolicy, listed: bool) -> dict[str, Any]:
     """Return a tool's policy in plain words for the templates."""
     approvers = list(getattr(tool, "approvers", None) or ())
+    asks = Verdict(action="ask", **tool_deadline(tool))  # what an ask rule falls back to
     return {
         "name": name,
         "listed": listed,
         "gated": tool.gated,
         "mode": tool.hitl_mode,
-        "deadline": _deadline(tool.deadline_seconds, tool.on_timeout or "reject", tool.escalate_to or ()),
+        "deadline": _deadline(asks.timeout_seconds, asks.on_timeout, asks.escalate_to),
         "approvers": approvers,
         "quorum": getattr(tool, "quorum", None) or 1,
         "four_eyes": bool(getattr(tool, "four_eyes", False)),
@@ -106,7 +107,7 @@ def _tool_summary(name: str, tool: ToolPolicy, listed: bool) -> dict[str, Any]:
                 "approvers": list(rule.approvers) if rule.approvers is not None else None,
                 "quorum": rule.quorum or tool.quorum,
                 "at": rule.at,
-                "deadline": _rule_deadline(rule, tool) if rule.action == "ask" else "",
+                "deadline": _rule_deadline(rule, asks) if rule.action == "ask" else "",
             }
             # Shown in the order they are evaluated (agents.policy.rules.evaluate).
             for rule in sorted(tool.rules, key=lambda rule: _EVALUATION_ORDER.index(rule.action))
@@ -117,14 +118,8 @@ def _tool_summary(name: str, tool: ToolPolicy, listed: bool) -> dict[str, Any]:
 _EVALUATION_ORDER = ("deny", "allow", "schedule", "ask")
 
 
-def _rule_deadline(rule: Rule, tool: ToolPolicy) -> str:
+def _rule_deadline(rule: Rule, tools: Verdict) -> str:
     """Say an ask rule's deadline as the policy applies it: each key it does not set is its tool's."""
-    tools = Verdict(
-        action="ask",
-        timeout_seconds=tool.deadline_seconds,
-        on_timeout=tool.on_timeout or "reject",
-        escalate_to=tuple(tool.escalate_to or ()),
-    )
     keys = rule_deadline(rule, tools)
     return _deadline(keys["timeout_seconds"], keys["on_timeout"], keys["escalate_to"])
 
