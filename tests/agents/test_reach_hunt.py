@@ -16,7 +16,6 @@ from urllib.parse import urlencode
 import pytest
 from django.contrib.auth.models import User
 from django.core import mail
-from django.db import connections
 from django.http import HttpResponse
 from django.test import Client
 
@@ -28,6 +27,7 @@ from agents.services import notify as notify_services
 from tests.support.flows import decide, pending, start
 from tests.support.reach import mailed_links, slack_signed
 from tests.support.receiver import Receiver
+from tests.support.threads import started
 
 REFUND = "Refund order A1001 for 25.00 USD"
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -413,10 +413,8 @@ def _send_and_sweep(delivery: Delivery, *, sweep_after: float) -> tuple[str, lis
         time.sleep(sweep_after)
         swept.extend(notify_services.deliveries_due())
         swept.append(notify_services.delivery_claim(delivery_id=delivery.pk))
-        connections.close_all()
 
-    sweeper = threading.Thread(target=sweep)
-    sweeper.start()
+    sweeper = started(sweep)
     status = dispatch.send(delivery.pk)
     sweeper.join()
     return status, swept
