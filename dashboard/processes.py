@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import ipaddress
 import os
 import shlex
 import stat
@@ -20,6 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -296,7 +298,13 @@ def _say_configuration_problems() -> None:
     from agents.policy.config import get_policy
 
     policy = get_policy()
-    problems = [*_secret_key_problems(), *policy_problems(policy), *configuration_problems(), *_people_problems(policy)]
+    problems = [
+        *_secret_key_problems(),
+        *policy_problems(policy),
+        *configuration_problems(),
+        *_base_url_problems(policy),
+        *_people_problems(policy),
+    ]
     for problem in problems:
         print(f"agentfast: warning: {problem}", file=sys.stderr, flush=True)
 
@@ -313,6 +321,38 @@ WEAK_SECRET_KEY = (
     "it signs sessions and one-click links as anyone; set 50 random characters "
     "(python -c 'import secrets; print(secrets.token_urlsafe(50))')"
 )
+
+
+# Mail backends that keep a message on this machine: its links are read here, where localhost is right.
+_LOCAL_MAIL_BACKENDS = ("filebased", "console", "locmem", "dummy")
+
+
+def _base_url_problems(policy: Policy) -> list[str]:
+    """Say an AGENTFAST_BASE_URL on this machine's loopback while messages with its links go to other people."""
+    from django.conf import settings
+
+    host = urlsplit(settings.AGENTFAST_BASE_URL).hostname or ""
+    if not _is_loopback(host):
+        return []
+    local_mail = any(f".{name}." in settings.EMAIL_BACKEND for name in _LOCAL_MAIL_BACKENDS)
+    if all(channel.kind == "email" and local_mail for channel in policy.notifications):
+        return []  # nothing is sent, or mail stays in files on this machine (`make run`)
+    return [
+        (
+            f"AGENTFAST_BASE_URL is {settings.AGENTFAST_BASE_URL}: the links in mail, Slack messages and webhook "
+            "events lead each reader to their own machine; set it to the address reviewers open"
+        )
+    ]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
 
 
 def _people_problems(policy: Policy) -> list[str]:

@@ -221,6 +221,7 @@ def test_it_says_at_start_what_will_make_deliveries_fail(agent_config, monkeypat
     from dashboard.processes import _say_configuration_problems
 
     settings.AGENTFAST_SLACK_SIGNING_SECRET = ""
+    settings.AGENTFAST_BASE_URL = "https://agentfast.example.com"
     monkeypatch.delenv("UNSET_SECRET", raising=False)
     monkeypatch.delenv("UNSET_SLACK_URL", raising=False)
     monkeypatch.setenv("WEAK_SECRET", "whsec_" + base64.b64encode(b"short").decode())
@@ -255,6 +256,42 @@ def test_it_says_at_start_what_will_make_deliveries_fail(agent_config, monkeypat
             "are refused"
         ),
     ]
+
+
+SMTP = "django.core.mail.backends.smtp.EmailBackend"
+FILES = "django.core.mail.backends.filebased.EmailBackend"
+
+
+@pytest.mark.parametrize(
+    ("base_url", "channel", "backend", "warned"),
+    [
+        ("http://localhost:8321", "{kind: slack, webhook_url_env: SLACK_URL}", FILES, True),
+        ("http://127.0.0.1:8321", "{kind: webhook, url: 'https://a.example.com/', secret_env: S}", FILES, True),
+        ("http://[::1]:8321", "{kind: email, to: [ops@example.com]}", SMTP, True),
+        ("http://0.0.0.0:8321", "{kind: email, to: [ops@example.com]}", SMTP, True),
+        ("http://review.localhost:8321", "{kind: email, to: [ops@example.com]}", SMTP, True),
+        # `make run`: mail is written to files here, where localhost is where the reader is
+        ("http://localhost:8321", "{kind: email, to: [ops@example.com]}", FILES, False),
+        ("https://agentfast.example.com", "{kind: slack, webhook_url_env: SLACK_URL}", SMTP, False),
+        ("http://10.0.0.5:8321", "{kind: email, to: [ops@example.com]}", SMTP, False),
+    ],
+)
+def test_it_says_at_start_a_base_url_that_sends_readers_of_its_links_to_their_own_machine(
+    agent_config, settings, capsys, base_url, channel, backend, warned
+):
+    from dashboard.processes import _say_configuration_problems
+
+    settings.AGENTFAST_BASE_URL, settings.EMAIL_BACKEND = base_url, backend
+    agent_config(AGENT + f"notifications:\n  - {channel}\n")
+
+    _say_configuration_problems()
+
+    said = [line for line in capsys.readouterr().err.splitlines() if "AGENTFAST_BASE_URL" in line]
+    expected = (
+        f"agentfast: warning: AGENTFAST_BASE_URL is {base_url}: the links in mail, Slack messages and webhook "
+        "events lead each reader to their own machine; set it to the address reviewers open"
+    )
+    assert said == ([expected] if warned else [])
 
 
 def test_it_refuses_two_webhook_entries_for_one_url(agent_config):
