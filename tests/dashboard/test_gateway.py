@@ -458,6 +458,8 @@ def test_it_marks_a_killed_clients_claim_in_doubt_after_the_lease(live: str, rob
     assert (again["claimed"], again["state"]) == (False, "in_doubt")
 
 
+# Processes, each with its own connection, released at once: more only load Django more often (~1 s of CPU each).
+RACERS = 8
 _CLAIM_AFTER_GO = """
 import os, sys, time
 import django
@@ -474,7 +476,7 @@ print(external_call_claim(owner=owner, approval_id=approval_id).claimed, flush=T
 
 @pytest.mark.integration
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="processes racing on one row: PostgreSQL's row locks")
-def test_it_gives_exactly_one_of_32_claiming_processes(robot_token: str, policy: Path, tmp_path: Path) -> None:
+def test_it_gives_exactly_one_of_many_claiming_processes(robot_token: str, policy: Path, tmp_path: Path) -> None:
     api = Api(Client(), robot_token)
     approval_id = api.post("/api/gate", _gate_body("small", cents=500)).json()["approval_id"]
     go = tmp_path / "go"
@@ -487,10 +489,10 @@ def test_it_gives_exactly_one_of_32_claiming_processes(robot_token: str, policy:
             stdout=subprocess.PIPE,
             text=True,
         )
-        for _ in range(32)
+        for _ in range(RACERS)
     ]
     assert all(racer.stdout is not None and racer.stdout.readline().strip() == "ready" for racer in racers)
     go.touch()  # every racer has loaded Django and waits: they claim at once
     answers = [racer.communicate(timeout=120)[0].strip() for racer in racers]
-    assert sorted(answers) == ["False"] * 31 + ["True"]
+    assert sorted(answers) == ["False"] * (RACERS - 1) + ["True"]
     assert ToolCall.objects.get(run__kind=Run.Kind.EXTERNAL).status == ToolCall.Status.RUNNING
