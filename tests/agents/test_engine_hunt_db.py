@@ -7,6 +7,7 @@ server really ends every session of the test database while the model thinks.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,14 @@ def _end_every_session() -> int:
     params.pop("cursor_factory", None)
     params.pop("context", None)
     params.pop("prepare_threshold", None)
+    others = "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
     with psycopg.connect(**{k: v for k, v in params.items() if v not in (None, "")}, autocommit=True) as own:
-        rows = own.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchall()
+        rows = own.execute(f"SELECT pg_terminate_backend(pid) {others}").fetchall()
+        # pg_terminate_backend only signals: wait until the sessions are gone, as after a restart
+        # (a busy machine could otherwise answer the driver's next check before its session ends).
+        deadline = time.monotonic() + 10
+        while own.execute(f"SELECT count(*) {others}").fetchone() != (0,) and time.monotonic() < deadline:
+            time.sleep(0.01)
     return len(rows)
 
 
