@@ -201,6 +201,29 @@ def evaluate(
     return replace(base, reason=said(""))
 
 
+def denied(policy: Policy, facts: CallFacts, *, agent: AgentSpec | None = None) -> Verdict | None:
+    """Return the verdict of the first deny rule the call matches, as evaluate() gives it, or None.
+
+    Only the tool's deny rules are evaluated, and no grant is looked up: what an approval of a
+    call that already waits asks of the policy as it stands (services.approvals.denial_now), on
+    the decision's path. A deny rule that cannot be evaluated matches, as in evaluate().
+    """
+    tool = policy.tool_policy(facts.tool, agent=agent)
+    denying = [rule for rule in tool.rules if rule.action == "deny"]
+    if not denying:
+        return None
+    variables = facts.variables()
+    too_wide = _too_wide(denying, facts.args)
+    for rule in denying:
+        held, problem = _holds(rule, variables, too_wide)
+        if held or problem:
+            reason = rule.reason or f"denied by rule {rule.name}"
+            if problem:
+                reason += f"; rule {rule.name!r} could not be evaluated ({problem})"
+            return Verdict(action="deny", rule=rule.name, reason=reason, policy_version=policy.version)
+    return None
+
+
 def asked(facts: CallFacts, tool: ToolPolicy) -> tuple[tuple[str, ...], int]:
     """Return who an ask for this call goes to, and how many: the first matching ask rule's, else the tool's."""
     variables = facts.variables()

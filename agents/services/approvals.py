@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from agents import events, notify, queue, sql, text
 from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, ToolCall, Vote, arguments_digest
-from agents.policy.config import ToolPolicy, get_policy
-from agents.policy.rules import CallFacts, GrantMatch, Verdict, evaluate
+from agents.policy.config import ConfigError, ToolPolicy, get_policy
+from agents.policy.rules import CallFacts, GrantMatch, Verdict, denied, evaluate
 from agents.services import eligibility, grants, runs
 from agents.services.audit import CHAIN_LOCK, audit_append
 from agents.services.errors import (
@@ -106,6 +106,8 @@ def approval_decide(
     Repeating the same vote is idempotent; a different decision after the end raises AlreadyDecided.
     With `remember`, the decision also becomes a standing grant, in the same transaction; it
     is refused up front (NotPermitted, audited) unless the reviewer could have decided alone.
+    An approval (a vote too) of arguments a deny rule of the policy as it stands now matches
+    is refused (NotPermitted, audited), whenever the call paused: a rejection is always taken.
     """
     if not _may_exist(approval_id):
         _audit_refusal(approval_id, attempt, decision, AuditEntry.Outcome.NOT_FOUND, {})
@@ -126,8 +128,8 @@ def approval_decide(
                     _check_resume_permitted(approval, attempt)
                 if approval.status == Approval.Status.PENDING:
                     _check_digest(approval, expect_digest)
-                    if arguments is not None:
-                        _check_edit_permitted(approval, arguments)
+                    if decision == Approval.Status.APPROVED:
+                        _check_policy_permits(approval, arguments)
                     ask = _Ask(decision, attempt, note, feedback, arguments, payload, auto_resume)
                     result = _vote(approval, ask)
                     if remember is not None and result.outcome == AuditEntry.Outcome.DECIDED:
@@ -173,6 +175,14 @@ def _fire_deadline(approval_id: str) -> None:
     from agents.services.deadlines import approval_deadline_fire  # deadlines builds on this module
 
     approval_deadline_fire(approval_id=approval_id)
+
+
+class PolicyRefusal(Exception):
+    """An approval the policy as it stands refuses: what to audit (`detail`), and the error its caller gets."""
+
+    def __init__(self, detail: dict[str, Any], error: ServiceError) -> None:
+        super().__init__(error.message)
+        self.detail, self.error = detail, error
 
 
 class _Refused(Exception):
@@ -384,6 +394,90 @@ def _is_last_vote(approval: Approval, vote: Vote) -> bool:
     """Return whether `vote` is its voter's latest on this approval (a later one replaced it otherwise)."""
     last = approval.votes.filter(voter=vote.voter).order_by("-created_at", "-id").values_list("pk", flat=True)
     return last.first() == vote.pk
+
+
+def _check_policy_permits(approval: Approval, arguments: dict[str, Any] | None) -> None:
+    """Refuse an approval that the policy as it stands now would not let run.
+
+    Who may decide a call, and how many, came from the rules the model's arguments matched
+    when it paused (the approval keeps them, with the policy's version). What the policy says
+    of the call now is judged again at each approval, a vote included, of the locked approval:
+
+    - an edit, in full (`_check_edit_permitted`): deny rules, remembered rejections, and an ask
+      of more (or other) people than this approval asks;
+    - the arguments it stands on (the model's, or an earlier vote's edit): deny rules only. A
+      deny rule added since the call paused refuses it, for every entry point (web, API, CLI,
+      Slack, mailed links, bulk, Run now); the reviewer may still reject it.
+
+    An unedited approval is not held to an ask rule that now wants more approvals or other
+    approvers: it was opened, and its votes cast, under the rules of its policy version, and
+    re-deciding who counts halfway would change a quorum people already voted in. An operator
+    who must stop waiting calls adds a deny rule (or cancels their runs). Nor is it held to a
+    remembered rejection: a grant stands in for a reviewer on calls nobody was asked about, and
+    here a reviewer decides this very call (looking one up would also cost a query a decision).
+    """
+    try:
+        if arguments is not None and arguments_digest(arguments) != approval.digest:
+            _check_edit_permitted(approval, arguments)
+        else:
+            _check_not_denied(approval)
+    except ConfigError as exc:
+        raise _unreadable_policy(exc) from None
+
+
+def _unreadable_policy(exc: ConfigError) -> _Refused:
+    """Return the refusal of an approval while the policy file cannot be read (a half-saved edit).
+
+    A deny rule may be just what that edit adds: nothing is approved until the file reads
+    again, as the clock approves nothing meanwhile (deadlines.approval_deadline_fire).
+    """
+    message = (
+        "the policy file cannot be read, so whether it now denies this call cannot be checked: "
+        "approve it once the file is fixed (a rejection is still taken)"
+    )
+    detail = {"error": message, "policy_error": str(exc)}
+    return _Refused(AuditEntry.Outcome.NOT_PERMITTED, detail, NotPermitted(message, field="decision"))
+
+
+def _check_not_denied(approval: Approval) -> None:
+    """Refuse to approve arguments that a deny rule of the current policy matches.
+
+    The policy file is read once per change (get_policy compares its mtime): a tool without a
+    deny rule costs a dict lookup, one with deny rules an evaluation of those rules; neither
+    reads the database (the approval's call and run were read with it, under its locks).
+    Raises ConfigError when the file cannot be read.
+    """
+    verdict = denial_now(approval)
+    if verdict is None:
+        return
+    message = (
+        f"the policy now denies this call (rule {verdict.rule!r}: {verdict.reason}): "
+        "it cannot be approved with these arguments, only rejected (or edited to arguments the policy lets through)"
+    )
+    detail = {
+        "error": message,
+        "rule": verdict.rule,
+        "arguments_digest": approval.digest,
+        "policy_version": verdict.policy_version,
+        "asked_under": approval.policy_version,
+    }
+    raise _Refused(AuditEntry.Outcome.NOT_PERMITTED, detail, NotPermitted(message, field="arguments"))
+
+
+def denial_now(approval: Approval) -> Verdict | None:
+    """Return the deny verdict the current policy gives the approval's call on its current arguments, or None.
+
+    Only deny rules count, and only they are evaluated (no grant is looked up: no query).
+    They are the file's alone, an agent's own entry carries none (config._check_no_agent_rules),
+    so a tool the file gives no deny rule costs a dict lookup. A rule that cannot be evaluated
+    denies, as it would a new call. Raises ConfigError when the file cannot be read.
+    """
+    policy = get_policy()
+    entry = policy.tool_overrides.get(approval.tool)
+    if entry is None or not any(rule.action == "deny" for rule in entry.rules):
+        return None
+    facts, agent = grants.call_of(approval, approval.current_arguments or {})
+    return denied(policy, facts, agent=agent)
 
 
 def _check_edit_permitted(approval: Approval, arguments: dict[str, Any]) -> None:
@@ -623,10 +717,18 @@ def approval_approve_as(*, approval: Approval, actor: str, note: str, attempt: A
     """Approve a pending approval without votes: its deadline (or a schedule) says so, or a reviewer runs it now.
 
     The caller holds the run's row lock; the compare-and-set in _conclude makes a second call a no-op.
+    A person's approval (with `attempt`: Run now) is refused, as any approval is, when a deny
+    rule of the policy now matches the call (PolicyRefusal, for the caller to audit once its
+    transaction is rolled back); the clock's callers judge the policy themselves, and expire such a call.
     """
     locked = Approval.objects.select_for_update().select_related("tool_call", "run").get(pk=approval.pk)
     if locked.status != Approval.Status.PENDING:
         return False
+    if attempt is not None:
+        try:
+            _check_policy_permits(locked, None)
+        except _Refused as refused:
+            raise PolicyRefusal(refused.detail, refused.error) from None
     attempt = attempt or Attempt(actor=actor, source=AuditEntry.Source.SYSTEM)
     _conclude(locked, _Ask(Approval.Status.APPROVED, attempt, note, "", None, locked.payload, None))
     return True

@@ -28,6 +28,7 @@ from agents.policy.config import MAX_TIMEOUT_SECONDS, ConfigError
 from agents.policy.rules import Verdict
 from agents.services.approvals import (
     Attempt,
+    PolicyRefusal,
     _lock_run,
     approval_approve_as,
     approval_expire,
@@ -269,7 +270,8 @@ def toolcall_run_now(*, approval_id: str, attempt: Attempt) -> Approval:
     """Run a scheduled call now instead of at its time: someone who may decide it says so, audited.
 
     It approves the call, so a refused attempt is audited as a refused decision is: not
-    permitted, or decided already (run, cancelled).
+    permitted (who asks, or a deny rule of the policy as it stands now that matches the call),
+    or decided already (run, cancelled).
     """
     approval = Approval.objects.select_related("run").filter(pk=approval_id, on_timeout=Approval.OnTimeout.RUN).first()
     if approval is None:
@@ -279,9 +281,15 @@ def toolcall_run_now(*, approval_id: str, attempt: Attempt) -> Approval:
         detail = {"error": reason, "note": RUN_NOW}
         _audit_attempt(approval, attempt, Approval.Status.APPROVED, AuditEntry.Outcome.NOT_PERMITTED, detail)
         raise NotPermitted(reason, field="by")
-    with transaction.atomic():
-        _lock_run(approval.run_id)
-        ran = approval_approve_as(approval=approval, actor=attempt.decider, note=RUN_NOW, attempt=attempt)
+    try:
+        with transaction.atomic():
+            _lock_run(approval.run_id)
+            ran = approval_approve_as(approval=approval, actor=attempt.decider, note=RUN_NOW, attempt=attempt)
+    except PolicyRefusal as refused:
+        # Audited once the transaction is rolled back, as approval_decide audits its refusals.
+        detail = {**refused.detail, "note": RUN_NOW}
+        _audit_attempt(approval, attempt, Approval.Status.APPROVED, AuditEntry.Outcome.NOT_PERMITTED, detail)
+        raise refused.error from None
     if not ran:
         approval.refresh_from_db()
         expired = approval.status == Approval.Status.EXPIRED

@@ -12,7 +12,7 @@ import pytest
 from agents.cli import main as cli_main
 from agents.models import Approval, AuditEntry, Run, RunEvent, SideEffect
 from agents.policy import ConfigError, ToolPolicy, floor, load, parse
-from agents.policy.rules import CallFacts, GrantMatch, evaluate
+from agents.policy.rules import CallFacts, GrantMatch, denied, evaluate
 from tests.conftest import ROOT, child_env
 from tests.support import flows
 from tests.support.policies import support_yaml
@@ -141,6 +141,49 @@ def test_it_fails_closed_when_a_condition_is_not_a_boolean():
 
     assert verdict.action == "ask"
     assert "rule 'small' could not be evaluated (its condition gave int, not true or false)" in verdict.reason
+
+
+# -- deny rules alone (an approval of a call that already waits) ----------------------
+
+MORE_DENIALS = """
+      - {name: frozen, when: "args.order_id.startsWith('A9')", action: deny}
+      - {name: listed, when: "args.to.exists(r, r.endsWith('@x.com'))", action: deny, reason: "no x.com"}
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"order_id": "A1001", "amount_cents": 500, "to": []},  # allowed by a rule: no deny rule matches
+        {"order_id": "A1001", "amount_cents": 7500, "to": []},  # asked
+        {"order_id": "A1001", "amount_cents": 200_000, "to": []},  # the first deny rule
+        {"order_id": "A9001", "amount_cents": 500, "to": []},  # a later deny rule, no reason of its own
+        {"order_id": "A1001", "amount_cents": 500, "to": ["a@x.com"]},  # a macro's
+        {"order_id": "A1001", "amount_cents": 500, "to": ["a@y.com"] * 1001},  # too wide for the macro: denies
+        {"order_id": "A1001", "amount_cents": 500},  # `to` missing: the macro's rule cannot be evaluated
+        {"order_id": 7, "amount_cents": 500, "to": []},  # a type error in a deny rule
+    ],
+)
+def test_it_finds_by_the_deny_rules_alone_the_denial_the_whole_evaluation_finds(args):
+    policy = _policy(RULES.rstrip() + MORE_DENIALS)
+    facts = CallFacts(tool="refund_request", args=args, agent="support")
+
+    verdict, denial = evaluate(policy, facts), denied(policy, facts)
+
+    if verdict.action != "deny":
+        assert denial is None
+        return
+    assert denial is not None
+    assert (denial.action, denial.rule, denial.policy_version) == ("deny", verdict.rule, "v1")
+    assert denial.reason.split("; ")[0] == verdict.reason.split("; ")[0]
+    assert ("could not be evaluated" in denial.reason) <= ("could not be evaluated" in verdict.reason)
+
+
+def test_it_evaluates_no_rule_for_a_denial_where_the_tool_has_no_deny_rule():
+    policy = _policy(RULES.replace('action: deny, reason: "too much"', "action: ask"))
+
+    assert denied(policy, _facts(200_000)) is None
+    assert denied(policy, CallFacts(tool="lookup_order", args={}, agent="support")) is None
 
 
 # -- errors at load ----------------------------------------------------------------
