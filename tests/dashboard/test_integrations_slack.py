@@ -321,7 +321,8 @@ def test_it_keeps_the_buttons_after_an_approval_that_leaves_the_quorum_short(
         approval = pending(start(REFUND))[0]
 
     first = _body(approval.id, "approved", "UALICE1", slack.url)
-    answer = _post(first, _signed(first), django_capture_on_commit_callbacks)
+    headers = _signed(first)
+    answer = _post(first, headers, django_capture_on_commit_callbacks)
 
     # Alice's approval counts, the call still waits for a second one: she reads the tally, and
     # the channel's message keeps its buttons for the next approver.
@@ -329,8 +330,10 @@ def test_it_keeps_the_buttons_after_an_approval_that_leaves_the_quorum_short(
     assert answer.json()["text"] == (
         "refund_request still waits: alice's approval is counted (1 of 2 approvals: alice); it runs at 2"
     )
-    # Pressed again, as the message still shows the buttons: the same vote, counted once.
-    again = _post(first, _signed(first, at=int(time.time()) - 1), django_capture_on_commit_callbacks)
+    # Pressed again, as the message still shows the buttons: the same vote, counted once. (Another
+    # press is signed at another second than the first: the same signature is refused as a replay.)
+    pressed_at = int(headers["HTTP_X_SLACK_REQUEST_TIMESTAMP"])
+    again = _post(first, _signed(first, at=pressed_at - 1), django_capture_on_commit_callbacks)
     assert "alice's approval is counted (1 of 2 approvals: alice)" in again.json()["text"]
     assert not Delivery.objects.filter(kind="slack_response").exists()
 
