@@ -362,12 +362,25 @@ def _hand_back_claim(
 
 
 def toolcall_mark_in_doubt(*, tool_call: ToolCall) -> bool:
-    """Mark a claim with no result whose worker died: it is never re-run, a person must check."""
-    return bool(
-        ToolCall.objects.filter(pk=tool_call.pk, executed_at__isnull=False, result__isnull=True)
-        .exclude(status=ToolCall.Status.IN_DOUBT)
-        .update(status=ToolCall.Status.IN_DOUBT)
-    )
+    """Mark a claim with no result whose worker died: it is never re-run, a person must check.
+
+    Its run's viewers are told in the same transaction, as when a driver finds such a claim:
+    a deferred call's timeline otherwise stayed at its approval, and the playground waited on.
+    The result stays empty, so one its worker stores late still lands, as its own event.
+    """
+    from agents.runtime import outputs  # the runtime imports the services
+
+    with transaction.atomic():
+        marked = (
+            ToolCall.objects.filter(pk=tool_call.pk, executed_at__isnull=False, result__isnull=True)
+            .exclude(status=ToolCall.Status.IN_DOUBT)
+            .update(status=ToolCall.Status.IN_DOUBT)
+        )
+        if marked:
+            deferred = {"deferred": True} if tool_call.hitl_mode == Approval.Mode.DEFER else {}
+            type, data = _result_event(tool_call, outputs.in_doubt(tool_call.name), in_doubt=True, **deferred)
+            events.publish(run_id=tool_call.run_id, type=type, data=data)
+    return bool(marked)
 
 
 def message_append(

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from agents import services
-from agents.models import Approval, Message, Run, ToolCall
+from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.runtime import outputs
 from agents.runtime.execution import execute_deferred
 from agents.services.deadlines import approval_deadline_fire
@@ -158,3 +158,44 @@ def test_it_does_not_tell_a_late_result_of_a_call_already_reported_in_doubt(db, 
     assert run.status == Run.Status.COMPLETED
     assert updates(fake_openai.requests[-1]) == [("send_email (call_later)", outputs.in_doubt("send_email"))]
     assert Message.objects.filter(run=run, role=Message.Role.SYSTEM).count() == 1
+
+
+def test_it_keeps_a_late_result_of_a_call_in_doubt_on_a_cancelled_run_and_never_drives_it_again(
+    db, agent_config, fake_openai, client, carol
+):
+    agent_config(CONFIG.format(base_url=fake_openai.base_url, timeout=600))
+    fake_openai.script(script("send_email"))
+    run = start("send the email and refund", agent="ops")
+    later = next(a for a in pending(run) if a.mode == Approval.Mode.DEFER)
+    in_doubt = die_after_claiming(later)
+    attempt = services.Attempt(actor="carol", source="cli", origin="tests")
+    services.run_cancel(run_id=run.id, attempt=attempt)  # nothing runs any more: the call's claim ran out
+    history = list(Message.objects.filter(run=run).values_list("seq", "content"))
+
+    # The worker was only slow: what it did is a fact, kept and shown after the cancel.
+    call = ToolCall.objects.get(pk=later.tool_call_id)
+    sent = outputs.ok({"message_id": "m-1"})
+    assert services.toolcall_record_result(tool_call=call, status=ToolCall.Status.SUCCEEDED, output=sent)
+
+    call.refresh_from_db()
+    assert (call.status, call.result) == (ToolCall.Status.SUCCEEDED, sent)
+    told = [
+        e.data
+        for e in RunEvent.objects.filter(run=run, type__in=["tool_result", "run_status"]).order_by("seq")
+        if e.data.get("call_id", "call_later") == "call_later"
+    ]
+    assert told == [
+        {"call_id": "call_later", "tool": "send_email", "output": outputs.pending("send_email", later.id)},
+        {"call_id": "call_later", "tool": "send_email", "output": in_doubt, "in_doubt": True, "deferred": True},
+        {"status": "cancelled", "by": "carol"},
+        {"call_id": "call_later", "tool": "send_email", "output": sent, "deferred": True},
+    ]
+    # Nothing drives the cancelled run again, and the model is never told.
+    report = sweep()
+    assert (report.runs, report.deferred, report.in_doubt) == ([], [], [])
+    assert resume(run).status == Run.Status.CANCELLED
+    assert list(Message.objects.filter(run=run).values_list("seq", "content")) == history
+    client.force_login(carol)
+    page = client.get(f"/runs/{run.id}").content.decode()
+    assert "no result came back from its worker" in page
+    assert "m-1" in page
