@@ -194,6 +194,9 @@ class Approval(models.Model):
     feedback = models.TextField(blank=True)  # a user message for the model to revise with
     arguments = models.JSONField(null=True, blank=True)  # edited arguments, if any
     payload = models.JSONField(null=True, blank=True)  # the reviewer's answer to a custom tool
+    # The decision said not to resume the run (auto_resume false): its decider resumes it, and
+    # the sweeper, which resumes a decided run whose resume message was lost, leaves it to them.
+    resume_by_caller = models.BooleanField(default=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     # The policy's time to decide, which an escalation gives its approvers anew (an extension
     # the first approvers got does not carry over).

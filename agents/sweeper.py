@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Max
+from django.db.models import Max, OuterRef, Subquery
 from django.utils import timezone
 
 from agents import queue, services
@@ -79,7 +79,9 @@ def _stranded_runs(now: datetime, grace: datetime) -> tuple[list[str], list[str]
       was lost (a run with auto_resume off, the playground's, is driven by its caller,
       and a worker taking it would race that caller's streamed drive);
     - suspended with every suspend approval decided, auto_resume on, the last decision
-      past the grace period: its resume message was lost.
+      past the grace period: its resume message was lost. Unless that decision, the one that
+      unblocked the run, said not to resume it (`auto_resume: false`, `--no-resume`): its
+      decider resumes it, as for a run started with auto_resume off.
 
     The last kind starts from the suspend calls decided and not yet run (a small partial
     index), not from every suspended run: a run suspends only while one of its suspend
@@ -100,11 +102,16 @@ def _stranded_runs(now: datetime, grace: datetime) -> tuple[list[str], list[str]
         result__isnull=True,
         status__in=[ToolCall.Status.APPROVED, ToolCall.Status.REJECTED],
     ).values("run_id")
+    unblocked_by = Approval.objects.filter(run=OuterRef("pk"), mode=Approval.Mode.SUSPEND, decided_at__isnull=False)
     decided = (
         Run.objects.filter(pk__in=decided_unrun, status=Run.Status.SUSPENDED, auto_resume=True)
         .filter(~pending_suspend_approvals())
-        .annotate(last_decision=Max("approvals__decided_at"))
+        .annotate(
+            last_decision=Max("approvals__decided_at"),
+            left_to_caller=Subquery(unblocked_by.order_by("-decided_at").values("resume_by_caller")[:1]),
+        )
         .filter(last_decision__lt=grace, updated_at__lt=grace)
+        .exclude(left_to_caller=True)
     )
     stranded = [*dead.values_list("id", flat=True), *decided.values_list("id", flat=True)]
     return stranded, list(lost_start.values_list("id", flat=True))

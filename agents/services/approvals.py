@@ -296,6 +296,7 @@ def _conclude(approval: Approval, ask: _Ask, *, vote: Vote | None = None, voters
         "arguments": approval.arguments,
         "arguments_digest": approval.arguments_digest,
         "payload": ask.payload,
+        "resume_by_caller": ask.auto_resume is False,
     }
     for name, value in fields.items():
         setattr(approval, name, value)

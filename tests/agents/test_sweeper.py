@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db.models import F
 from django.utils import timezone
 
 from agents import services
@@ -16,10 +17,12 @@ REFUND = "Refund order A1001 for 25.00 USD"
 
 
 def age(run: Run, seconds: float) -> None:
-    """Pretend the run's last activity was `seconds` ago."""
+    """Pretend the run's last activity was `seconds` ago; its decisions as long before, in their order."""
     past = timezone.now() - timedelta(seconds=seconds)
     Run.objects.filter(pk=run.pk).update(created_at=past, updated_at=past)
-    Approval.objects.filter(run=run).exclude(decided_at=None).update(decided_at=past)
+    Approval.objects.filter(run=run).exclude(decided_at=None).update(
+        decided_at=F("decided_at") - timedelta(seconds=seconds)
+    )
 
 
 def test_it_re_enqueues_a_run_whose_worker_died(db, django_capture_on_commit_callbacks):
@@ -38,7 +41,7 @@ def test_it_sends_a_stranded_run_again_once_per_grace_period_not_at_every_sweep(
     dead = services.run_create(agent="support", input=REFUND, enqueue=False)
     services.run_lease(run_id=dead.id, owner="dead-worker", ttl=-1)
     decided = start(REFUND)
-    decide(pending(decided)[0], "approved", auto_resume=False)
+    decide(pending(decided)[0], "approved")
     for run in (lost, dead, decided):
         age(run, 60)
 
@@ -99,7 +102,7 @@ def test_it_leaves_a_queued_run_its_caller_drives_alone(db, settings):
 def test_it_resumes_decided_runs_but_not_waiting_or_manual_ones(db, settings):
     settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
     decided = start(REFUND)
-    decide(pending(decided)[0], "approved", auto_resume=False)
+    decide(pending(decided)[0], "approved")  # its resume message is lost: the test's transaction never commits
     waiting = start(REFUND)
     manual = start(REFUND, auto_resume=False)
     decide(pending(manual)[0], "approved")
@@ -107,6 +110,19 @@ def test_it_resumes_decided_runs_but_not_waiting_or_manual_ones(db, settings):
         age(run, 60)
 
     assert sweep().runs == [decided.id]
+
+
+def test_it_leaves_a_run_whose_decision_left_the_resume_to_its_decider(db, settings):
+    settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
+    approved = start(REFUND)
+    decide(pending(approved)[0], "approved", auto_resume=False)
+    rejected = start(REFUND)
+    decide(pending(rejected)[0], "rejected", note="no", auto_resume=False)
+    for run in (approved, rejected):
+        age(run, 60)
+
+    assert sweep().runs == []
+    assert resume(approved).status == Run.Status.COMPLETED  # the decider resumes it when they mean to
 
 
 def test_it_re_enqueues_decided_deferred_calls_not_yet_run(db, settings):
@@ -128,15 +144,26 @@ def test_it_resumes_a_parallel_step_only_once_its_last_approval_is_decided(db, s
     age(run, 60)
     assert sweep().runs == []  # one call decided, the other still waits on a person
 
-    decide(second, "rejected", note="not this one", auto_resume=False)
+    decide(second, "rejected", note="not this one")  # the decision that unblocks the run asks for its resume
     age(run, 60)
     assert sweep().runs == [run.id]
+
+
+def test_it_follows_the_decision_that_unblocked_a_parallel_step(db, settings):
+    settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
+    run = start("Refund orders A1001 and A1002 for 20.00 USD each")
+    first, second = pending(run)
+    decide(first, "approved")
+    decide(second, "approved", auto_resume=False)
+    age(run, 60)
+
+    assert sweep().runs == []
 
 
 def test_it_resumes_a_run_whose_call_was_rejected_or_expired(db, settings):
     settings.AGENTFAST_SWEEP_GRACE_SECONDS = 10
     rejected = start(REFUND)
-    decide(pending(rejected)[0], "rejected", note="no", auto_resume=False)
+    decide(pending(rejected)[0], "rejected", note="no")
     expired = start(REFUND)
     assert services.approval_expire(approval=pending(expired)[0], actor="deadline", reason="late", resume=False)
     for run in (rejected, expired):
@@ -159,6 +186,6 @@ def test_it_leaves_a_run_alone_once_a_drive_settled_its_decisions(db, settings):
         age(run, 60)
     assert sweep().runs == []
 
-    decide(pending(revised)[0], "approved", auto_resume=False)
+    decide(pending(revised)[0], "approved")
     age(revised, 60)
     assert sweep().runs == [revised.id]
