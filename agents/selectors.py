@@ -191,6 +191,23 @@ def approval_events_after(*, pk: int, limit: int) -> list[tuple[int, str, int, s
     return list(rows.values_list("pk", "run_id", "seq", "type", "data")[:limit])
 
 
+def approval_event_pks_between(*, after: int, upto: int) -> list[int]:
+    """Return the pks of the approval events of every run with pks in (after, upto], ascending."""
+    rows = RunEvent.objects.filter(type__in=APPROVAL_EVENTS, pk__gt=after, pk__lte=upto).order_by("pk")
+    return list(rows.values_list("pk", flat=True))
+
+
+def approval_events_in(pks: Sequence[int]) -> list[tuple[int, str, int, str, dict[str, Any]]]:
+    """Return the approval events with these pks that exist, by pk: (pk, run_id, seq, type, data)."""
+    rows = RunEvent.objects.filter(type__in=APPROVAL_EVENTS, pk__in=list(pks)).order_by("pk")
+    return list(rows.values_list("pk", "run_id", "seq", "type", "data"))
+
+
+def run_event_horizon() -> tuple[int, frozenset[str]]:
+    """Return the newest committed RunEvent id and the transactions that may still commit ids below it (sql)."""
+    return sql.run_event_horizon()
+
+
 def approval_event_latest() -> int:
     """Return the pk of the newest approval event (0: none yet)."""
     return RunEvent.objects.filter(type__in=APPROVAL_EVENTS).order_by("-pk").values_list("pk", flat=True).first() or 0

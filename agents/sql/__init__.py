@@ -32,7 +32,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
 from django.db.models import BooleanField, F, FloatField, Func, Model, QuerySet
 
-from agents.models import ApiToken, Approval, AuditEntry, Grant, Message, Run, ToolCall
+from agents.models import ApiToken, Approval, AuditEntry, Grant, Message, Run, RunEvent, ToolCall
 from agents.sql.chain import Chain
 
 _APPROVAL = "agents_approval"
@@ -400,6 +400,35 @@ def audit_insert(entry: AuditEntry, *, canonical: str, genesis: str) -> tuple[in
     row = _one(sql, [*values, canonical, genesis])
     assert row is not None  # an INSERT … SELECT of one row returns it
     return row[0], row[1], row[2]
+
+
+def run_event_horizon() -> tuple[int, frozenset[str]]:
+    """Return the newest RunEvent id committed now, and the transactions that may still commit ids at or below it.
+
+    PostgreSQL hands ids out from a sequence at INSERT, and transactions commit in another
+    order: id 100 may commit after id 101. An INSERT holds RowExclusiveLock on the table from
+    before it takes its id until its transaction ends, so the transactions holding that lock
+    when this statement reads the locks (after its snapshot, which saw the newest id) are the
+    only ones that may still add a row with an id at or below the newest: once none of them
+    holds it any more, every such row is committed, or never will be. They are named by their
+    virtual transaction ids (one reused would only make the wait longer). Other writers of the
+    table (a purge's DELETE) are named too: they only delay. This takes the sequence's default
+    CACHE 1: with a cache, a session would hand out ids it took before.
+
+    SQLite admits one writer at a time, whose ids come after every committed one: none is held.
+    """
+    table = RunEvent._meta.db_table
+    if connection.vendor != "postgresql":
+        row = _one(f"SELECT max(id) FROM {table}", [])
+        return (row[0] if row and row[0] is not None else 0), frozenset()
+    sql = f"""
+        SELECT (SELECT max(id) FROM {table}),
+               ARRAY(SELECT DISTINCT virtualtransaction FROM pg_locks
+                     WHERE locktype = 'relation' AND relation = %s::regclass AND mode = 'RowExclusiveLock'
+                       AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"""
+    row = _one(sql, [table])
+    assert row is not None  # a SELECT without FROM returns its one row
+    return (row[0] or 0), frozenset(row[1])
 
 
 def audit_head() -> str | None:

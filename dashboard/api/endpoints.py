@@ -81,8 +81,12 @@ streams them live, and closes after its `run_status` completed, failed or cancel
 Each frame is `id: <seq>`, `event: <type>`, `data: {"run_id", "seq", "event", "data"}`;
 reconnect with `Last-Event-ID` (or `?after=<seq>`) to get exactly what you missed.
 `delta` frames carry streamed tokens and have no id. `GET /api/events` streams every
-run's `approval_required` and `approval_decided`; its ids are RunEvent primary keys
-(there is no single seq across runs), and without `Last-Event-ID` it starts from now.
+run's `approval_required` and `approval_decided`, and without `Last-Event-ID` it starts
+from now. There is no single seq across runs, and events do not commit in the order of
+their RunEvent primary keys, so its ids are cursors: `<pk>` (every event up to that pk)
+or `<pk>:<pk>,<pk>…` (and these after it). Reconnect with the last one (`Last-Event-ID`, or
+`?after=`) to get every event you lack, each once; a plain pk still works, as "every event
+up to it". Treat the id as opaque: the `data` has the event's `run_id` and `seq`.
 Comment lines (`: heartbeat`) keep idle streams open every 15 s; `: live` says the
 replay is over and the stream is subscribed.
 
@@ -344,15 +348,17 @@ def approval_extend(request: HttpRequest, approval_id: Id, body: ExtendIn) -> sc
     "/events",
     response=_AUTH_ERRORS | {400: ErrorOut},
     tags=["events"],
-    openapi_extra=_streams("Approval events of every run, ids by RunEvent pk"),
+    openapi_extra=_streams("Approval events of every run, ids are cursors over RunEvent pks"),
 )
-async def approval_events(
-    request: HttpRequest, after: int | None = Query(None, ge=0, le=MAX_OFFSET)
-) -> HttpResponseBase:
-    """Server-sent approval events of every run; ids are RunEvent primary keys."""
-    after = sse.resume_point(request, after, default=await sync_to_async(sse.latest_approval_event)())
+async def approval_events(request: HttpRequest, after: str | None = Query(None, max_length=20_000)) -> HttpResponseBase:
+    """Server-sent approval events of every run; each id is a cursor to resume from (`Last-Event-ID` or `after`).
+
+    A cursor is `<pk>` (every event up to that RunEvent pk) or `<pk>:<pk>,<pk>…` (and these
+    after it): events commit out of their pks' order, so a bare pk could skip one.
+    """
+    start = sse.approval_resume_point(request, after)
     viewer = await sse.viewer_of(request)
-    return sse.response(sse.approval_stream(after, viewer), viewer)
+    return sse.response(sse.approval_stream(start, viewer), viewer)
 
 
 def _refuse_unless_may_speak_for(request: HttpRequest, approval_id: str, decision: str, attempt: Attempt) -> None:

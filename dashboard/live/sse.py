@@ -10,20 +10,24 @@ table, and an idle stream re-reads the table whenever it sends a heartbeat.
     data: {"run_id": "run_…", "seq": 7, "event": "approval_required", "data": {…}}
 
 `id` is the run's event seq; `delta` frames (streamed tokens) have none, being live only.
-The approval feed spans runs, so its ids are RunEvent primary keys instead. Its streams,
-thousands per process, share one subscription (dashboard.live.hub): each event's frame is
-encoded once, with the pk its message carries, and each stream only writes the bytes.
+The approval feed spans runs, so its ids are cursors over RunEvent primary keys instead
+(`Cursor`: every approval event up to one pk, and which ones after it were sent), since pks
+are not committed in their order. Its streams, thousands per process, share one subscription
+(dashboard.live.hub): each event's frame is encoded once, and once more per cursor the
+streams are at (those in step share it), and each stream only writes the bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
+import math
 import threading
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -39,7 +43,7 @@ from agents.runtime.driver import DriveResult
 from agents.services import tokens
 from dashboard.api.auth import ApiError
 from dashboard.auth import is_reviewer, session_holds
-from dashboard.live.hub import Shared, Watch, read
+from dashboard.live.hub import BATCH, Shared, Watch, read
 from dashboard.live.wire import StreamWire, stream_send
 
 T = TypeVar("T")
@@ -51,6 +55,11 @@ REPLAY_BATCH = 500
 RECHECK_SHARED_SECONDS = 5.0  # a heartbeat's access re-check serves the viewer's other streams this long
 SHARED_MAX_AGE = 60.0  # reads shared between streams are forgotten after this
 APPROVAL_EVENTS = selectors.APPROVAL_EVENTS
+SETTLE_SECONDS = 1.0  # while approval events wait for older transactions, look this often whether they ended
+FRESH_WAIT_SECONDS = 1.0  # a replay waits at most this long for the transactions in flight to end
+CURSOR_PKS = 64  # an approval feed's id names at most this many events after its watermark
+CURSOR_PKS_ACCEPTED = 1000  # ... and a Last-Event-ID may name this many
+SETTLED = "approvals.settled"  # the message a process's approval streams get when the watermark moves
 # Sent once the replay is out and the stream is subscribed: a client may rely on it.
 LIVE = ": live\n\n"
 # The last frame of a stream whose viewer's access ended (logout, revoked token, ...).
@@ -60,7 +69,7 @@ HEARTBEAT = ": heartbeat\n\n"
 logger = logging.getLogger(__name__)
 
 
-def frame(event: str, payload: dict[str, Any], event_id: int | None = None) -> str:
+def frame(event: str, payload: dict[str, Any], event_id: int | str | None = None) -> str:
     """Return one SSE frame; JSON never contains a raw newline, so `data` is one line."""
     head = f"id: {event_id}\n" if event_id is not None else ""
     # text.dumps repairs what cannot be sent as UTF-8 (a lone surrogate stored before checks).
@@ -149,6 +158,50 @@ def resume_point(request: HttpRequest, after: int | None, *, default: int) -> in
     if not (header.isascii() and header.isdigit()) or len(header) > 18:
         raise ApiError("Last-Event-ID must be a non-negative integer", field="Last-Event-ID")
     return int(header)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where an approval feed's client stands: every approval event up to RunEvent `upto`, and `also` after it.
+
+    PostgreSQL takes a RunEvent's pk from a sequence at INSERT, but commits transactions in
+    another order: event 101 may be sent while event 100 is still uncommitted. A bare pk as
+    the id ("everything up to 101") would then skip 100 on a reconnect. So the id is `upto`
+    (the watermark: no event at or below it may still commit, and all of them were sent)
+    followed by the pks of the events sent after it: `1200` or `1200:1203,1207`. A plain
+    number, the id of older versions, still reads as "every event up to it".
+    """
+
+    upto: int
+    also: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.upto}:{','.join(map(str, self.also))}" if self.also else str(self.upto)
+
+    @classmethod
+    def parse(cls, text: str) -> Cursor | None:
+        """Return the cursor an id spells, or None when it is none this feed sends."""
+        head, colon, tail = text.partition(":")
+        parts = [head, *(tail.split(",") if colon else ())]
+        # isdigit() alone admits "٣" and "²", which int() reads or refuses: ASCII digits only.
+        if len(parts) > CURSOR_PKS_ACCEPTED + 1 or not all(p.isascii() and p.isdigit() and len(p) <= 18 for p in parts):
+            return None
+        upto, *also = map(int, parts)
+        if any(pk <= upto for pk in also):
+            return None
+        return cls(upto, tuple(sorted(set(also))))
+
+
+def approval_resume_point(request: HttpRequest, after: str | None) -> Cursor | None:
+    """Return where an approval feed starts: Last-Event-ID (a reconnect), else ?after=, else None (now)."""
+    header = request.headers.get("Last-Event-ID", "").strip()
+    text, field = (header, "Last-Event-ID") if header else (after, "after")
+    if text is None:
+        return None
+    cursor = Cursor.parse(text.strip())
+    if cursor is None:
+        raise ApiError(f"{field} must be a non-negative integer or an id this feed sent", field=field)
+    return cursor
 
 
 def wants_stream(request: HttpRequest) -> bool:
@@ -315,79 +368,344 @@ class RunFeed:
 
 
 class ApprovalFeed:
-    """Every run's approval_required and approval_decided events; ids are RunEvent pks.
+    """Every run's approval_required and approval_decided events; ids are `Cursor`s over RunEvent pks.
 
-    Primary keys are handed out at INSERT and transactions may commit out of that order
-    (PostgreSQL), so live events are deduplicated by the pks sent rather than by the highest.
+    The feed keeps the cursor its client holds: `upto`, the watermark (every approval event at
+    or below it was sent, or the client had it), and `above`, the pks sent after it. An event
+    is sent when it is in neither. Only a complete read of the table below a settled point
+    (`_Settler`: no transaction that may still commit an id at or below it is left) moves the
+    watermark; a live event, or a row read above that point, joins `above` until it does.
     A live event comes from this process's hub (`live`): its frame is encoded once for every
-    stream, which only checks that it has not sent it yet.
+    stream at the same cursor, and each stream only checks that it has not sent it yet.
     """
 
     ended = False
     _REMEMBERED = 10_000
 
-    def __init__(self, after: int) -> None:
-        self.last = after
-        self._sent: set[int] = set()
+    def __init__(self, start: Cursor | int) -> None:
+        start = start if isinstance(start, Cursor) else Cursor(start)
+        self.upto = start.upto
+        self._above: list[int] = list(start.also)  # ascending
+        self._above_set = set(self._above)
+        self._cursor: str | None = None
+        self.settler = _Settler.of_loop()
 
-    async def stored(self, *, shared_for: float = 0.0) -> list[str]:
-        """Frames of the stored events after the last one sent.
+    @classmethod
+    async def now(cls) -> ApprovalFeed:
+        """The feed of a client that has every approval event committed so far, and none still in flight.
 
-        `shared_for` > 0 (an idle look, not the replay): a read another stream of this
-        process made from the same point within that many seconds serves this one too.
+        It starts at the settled point (`_Settler`: nothing more may commit below it) and
+        counts the events committed above it as sent (call `stored` to read them): an event
+        in flight now is sent when it commits, whatever its pk.
         """
+        settled = await _Settler.of_loop().settled(fresh=True)
+        if settled is None:  # a transaction in flight all along: after the newest approval event, as a bare pk did
+            settled = await read(latest_approval_event)
+        return cls(Cursor(settled))
+
+    def cursor(self) -> str:
+        """The id of the frame sent last: the watermark and (the newest CURSOR_PKS of) the pks sent after it."""
+        if self._cursor is None:
+            shown = self._above[-CURSOR_PKS:]
+            self._cursor = f"{self.upto}:{','.join(map(str, shown))}" if shown else str(self.upto)
+        return self._cursor
+
+    def seen(self, pk: int) -> bool:
+        return pk <= self.upto or pk in self._above_set
+
+    def unsettled(self) -> bool:
+        """Whether events were sent above the watermark (the settler then looks again)."""
+        return bool(self._above)
+
+    async def stored(self, *, shared_for: float = 0.0, fresh: bool = True) -> list[str]:
+        """Frames of the stored events not sent yet: those after the watermark, but for the ones sent above it.
+
+        `fresh` (the replay): first look how far the table is settled, waiting a moment for
+        transactions in flight. `shared_for` > 0 (an idle look, not the replay): a read
+        another stream of this process made from the same point within that many seconds
+        serves this one too.
+        """
+        settled = await self.settler.settled(fresh=fresh)
         frames: list[str] = []
+        position = self.upto
         while True:
             if shared_for:
-                key = ("approval-events-after", self.last)
-                rows = await _shared_read(key, shared_for, _approval_events_after, self.last)
+                key = ("approval-events-after", position, settled)
+                rows = await _shared_read(key, shared_for, _approval_events_after, position)
             else:
-                rows = await read(_approval_events_after, self.last)
-            frames += [self._frame(*row) for row in rows]  # all newer than any pk sent
+                rows = await read(_approval_events_after, position)
+            frames += [chunk for row in rows if (chunk := self._take(row, settled)) is not None]
             if len(rows) < REPLAY_BATCH:
+                if settled is not None:
+                    self._advance(settled)  # every approval event up to it was in the reads
                 return frames
+            position = rows[-1][0]
 
     @staticmethod
     async def prepare(event: Shared) -> tuple[int, bytes] | None:
-        """Return a hub's event as (pk, encoded frame), read and encoded once; None: not an approval event."""
+        """Return a hub's event as (pk, its frame encoded but its id), worked out once; None: no approval event."""
         message = event.message
         if message.get("event") not in APPROVAL_EVENTS or message.get("seq") is None:
             return None
         pk = message.get("pk")  # None: a message sent without it (a publisher of an older version)
         if pk is None:
             pk = await event.once(("sse-pk",), _event_pk, message["run_id"], message["seq"])
-        return None if pk is None else (pk, event.memo(("sse-frame",), _encoded_frame, pk, message))
+        return None if pk is None else (pk, event.memo(("sse-body",), _encoded_body, message))
 
     async def idle(self, tick: float) -> list[str]:
         """Frames of the stored events after a quiet tick; streams of this process share the read."""
-        return await self.stored(shared_for=min(RECHECK_SHARED_SECONDS, tick / 2))
+        return await self.stored(shared_for=min(RECHECK_SHARED_SECONDS, tick / 2), fresh=False)
 
-    async def live(self, event: Shared) -> list[bytes]:
-        """The frame of a hub's event, unless it is no approval event or was sent already (replayed)."""
+    async def live(self, event: Shared) -> list[str] | list[bytes]:
+        """The frame of a hub's event, unless it is no approval event or was sent already; or a settlement's."""
+        if event.message.get("type") == SETTLED:
+            return await self.settle(event)
         found = await self.prepare(event)
-        if found is None or not self.unsent(found[0]):
+        if found is None or self.seen(found[0]):
             return []
-        self.note(found[0])
-        return [found[1]]
+        return [self.take_live(event, *found)]
 
-    def unsent(self, pk: int) -> bool:
-        return pk not in self._sent
+    def take_live(self, event: Shared, pk: int, body: bytes) -> bytes:
+        """Count a live event as sent (above the watermark); return its frame, shared by the streams at this cursor.
 
-    def _frame(self, pk: int, run_id: str, seq: int, event: str, data: dict[str, Any]) -> str:
-        self.note(pk)
-        return frame(event, _payload(run_id, seq, event, data), pk)
+        The cursor after it follows from the one before and the pk alone: streams in step
+        (most of a process's) take the cursor and the frame the first of them worked out.
+        """
+        before, upto = self.cursor(), self.upto
+        self._mark(pk)
+        if self.upto != upto:  # the watermark was forced on (see _mark): this stream's own
+            return _with_id(self.cursor(), body)
+        self._cursor, data = event.memo(("sse-frame", before), self._framed, body)
+        return data
 
-    def note(self, pk: int) -> None:
-        """Count the event as sent (by `live`, the replay, or its frame written straight to the connection)."""
-        self._sent.add(pk)
-        self.last = max(self.last, pk)
-        if len(self._sent) > self._REMEMBERED:  # a late commit is seconds old, not thousands of events
-            self._sent = {sent for sent in self._sent if sent > self.last - self._REMEMBERED // 2}
+    def _framed(self, body: bytes) -> tuple[str, bytes]:
+        cursor = self.cursor()
+        return cursor, _with_id(cursor, body)
+
+    def forget(self, pk: int) -> None:
+        """Undo `take_live`: its frame could not be written."""
+        if pk in self._above_set:
+            self._above_set.discard(pk)
+            self._above.remove(pk)
+            self._cursor = None
+
+    async def settle(self, event: Shared) -> list[str]:
+        """Move the watermark to a settlement's: send first what it names that this stream has not sent.
+
+        The settlement lists the approval events between the last settled point and the new
+        one: normally this stream sent them all live; a push that was lost, or is still on its
+        way, is read from the table now (its push, should it come, is then a duplicate).
+        """
+        message = event.message
+        upto, after = message["upto"], message["after"]
+        if upto <= self.upto:
+            return []
+        if after is None or self.upto < after:  # behind the settlement's list: read from the table
+            return await self.stored(fresh=False)
+        missing = self._missing(message)
+        frames: list[str] = []
+        if missing:
+            rows = await event.once(("sse-missing", *missing), _approval_events_in, missing)
+            frames = [chunk for row in rows if (chunk := self._take(row, upto)) is not None]
+        self._advance(upto)
+        return frames
+
+    def settle_quietly(self, message: dict[str, Any]) -> bool:
+        """Apply a settlement that sends nothing, and say so; False: `settle` has events to send (or read)."""
+        upto, after = message["upto"], message["after"]
+        if upto <= self.upto:
+            return True
+        if after is None or self.upto < after or self._missing(message):
+            return False
+        self._advance(upto)
+        return True
+
+    def _missing(self, message: dict[str, Any]) -> list[int]:
+        return [pk for pk in message["pks"] if self.upto < pk <= message["upto"] and pk not in self._above_set]
+
+    def _take(self, row: tuple[int, str, int, str, dict[str, Any]], settled: int | None) -> str | None:
+        """The frame of a row of a complete read of the table after the watermark; None: sent already.
+
+        At or below the settled point, nothing below the row may still commit and the read
+        had the rest: the watermark moves to it.
+        """
+        pk, run_id, seq, event, data = row
+        fresh = not self.seen(pk)
+        if fresh:
+            self._mark(pk)
+        if settled is not None and pk <= settled:
+            self._advance(pk)
+        return frame(event, _payload(run_id, seq, event, data), self.cursor()) if fresh else None
+
+    def _mark(self, pk: int) -> None:
+        bisect.insort(self._above, pk)
+        self._above_set.add(pk)
+        self._cursor = None
+        self.settler.want()
+        if len(self._above) > self._REMEMBERED:
+            # The watermark has not moved for 10,000 events (a transaction open for that long):
+            # forget the older half, taking it as settled.
+            self._advance(self._above[-self._REMEMBERED // 2])
+
+    def _advance(self, upto: int) -> None:
+        if upto <= self.upto:
+            return
+        self.upto = upto
+        cut = bisect.bisect_right(self._above, upto)
+        if cut:
+            self._above_set.difference_update(self._above[:cut])
+            del self._above[:cut]
+        self._cursor = None
 
 
-def _encoded_frame(pk: int, message: dict[str, Any]) -> bytes:
+class _Horizon:
+    """How far RunEvent ids are settled: every id up to `value` is committed, or never will be.
+
+    Each look at the table (sql.run_event_horizon) gives the newest committed id and the
+    transactions that may still commit ids at or below it; that id is settled once none of
+    them is left, as a later look tells.
+    """
+
+    _WAITING = 32
+
+    def __init__(self) -> None:
+        self.value: int | None = None
+        self.newest = 0  # the newest committed id the last look saw
+        self.waiting: list[tuple[int, frozenset[str]]] = []
+
+    def observe(self, newest: int, holders: frozenset[str]) -> None:
+        self.newest = newest
+        settled = [upto for upto, held in self.waiting if not held & holders]
+        self.waiting = [(upto, held) for upto, held in self.waiting if held & holders]
+        if holders:
+            self.waiting.append((newest, holders))
+        else:
+            settled.append(newest)
+        if settled and (self.value is None or max(settled) > self.value):
+            self.value = max(settled)
+        if self.value is not None:
+            self.waiting = [(upto, held) for upto, held in self.waiting if upto > self.value]
+        if len(self.waiting) > self._WAITING:  # a long transaction: keep the oldest and the newest
+            del self.waiting[self._WAITING // 2 : -self._WAITING // 2]
+
+
+class _Settler:
+    """One per event loop: the settled point of RunEvent ids, and the settlements sent to its approval streams.
+
+    While a stream has events above its watermark, the settler looks at the table every
+    SETTLE_SECONDS; when the settled point moves, it reads the approval events' pks up to it
+    (once for all) and hands every stream a SETTLED message, which moves its watermark (and
+    sends an event it lacks). A stream idle with nothing to send applies it without waking.
+    """
+
+    _loops: ClassVar[dict[int, _Settler]] = {}
+    _REUSE = 0.1  # a look finished this recently serves a replay's ask too
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.horizon = _Horizon()
+        self.members: dict[_ApprovalWatch, None] = {}  # ordered, as a hub's
+        self.wanted = asyncio.Event()
+        self.task: asyncio.Future[None] | None = None
+        self.told: int | None = None  # the settled point the streams were told last
+        self.looked_at = -math.inf
+        self._looking: asyncio.Future[None] | None = None
+
+    @classmethod
+    def of_loop(cls) -> _Settler:
+        loop = asyncio.get_running_loop()
+        found = cls._loops.get(id(loop))
+        if found is None or found.loop is not loop:  # none yet, or one of a closed loop that had this id
+            found = cls._loops[id(loop)] = cls(loop)
+        return found
+
+    def join(self, member: _ApprovalWatch) -> None:
+        self.members[member] = None
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._run())
+
+    def leave(self, member: _ApprovalWatch) -> None:
+        self.members.pop(member, None)
+        if not self.members and self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    def want(self) -> None:
+        """A stream sent an event above its watermark: look again within SETTLE_SECONDS."""
+        self.wanted.set()
+
+    async def settled(self, *, fresh: bool) -> int | None:
+        """Return the settled point (None: not known yet).
+
+        `fresh`: as of now, waiting up to FRESH_WAIT_SECONDS for the transactions in flight to
+        end, so that a replay moves its watermark over the events it reads.
+        """
+        if not fresh:
+            return self.horizon.value
+        await self.look(self._REUSE)
+        target, pause = self.horizon.newest, 0.005
+        deadline = time.monotonic() + FRESH_WAIT_SECONDS
+        while (self.horizon.value or 0) < target and time.monotonic() < deadline:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
+            await self.look(pause / 2)
+        return self.horizon.value
+
+    async def look(self, reuse: float = 0.0) -> None:
+        """Look at the table, unless a look is under way (then wait for it) or ended within `reuse` seconds."""
+        looking = self._looking
+        failed = looking is not None and looking.done() and (looking.cancelled() or looking.exception() is not None)
+        if looking is None or failed or (looking.done() and time.monotonic() - self.looked_at >= reuse):
+            looking = self._looking = asyncio.ensure_future(self._look())
+        # Shielded: a stream closing while it waits must not cancel the look for the others.
+        await asyncio.shield(looking)
+
+    async def _look(self) -> None:
+        newest, holders = await read(_run_event_horizon)
+        self.horizon.observe(newest, holders)
+        self.looked_at = time.monotonic()
+
+    async def _run(self) -> None:
+        while True:
+            await self.wanted.wait()
+            await asyncio.sleep(SETTLE_SECONDS)
+            self.wanted.clear()  # what streams send from now on, the look below may not cover
+            # The list starts where the streams were told last: those that replayed since
+            # stand further on, which it covers too; a stream further back reads the table.
+            before = self.horizon.value if self.told is None else self.told
+            try:
+                await self.look()
+                after = self.horizon.value
+                if after is not None and after != before:
+                    pks = [] if before is None else await read(_approval_pks_between, before, after)
+                    await self._tell(Shared({"type": SETTLED, "after": before, "upto": after, "pks": pks}))
+                    self.told = after
+            except Exception:  # the database is away: the streams keep their ids; look again
+                logger.warning("could not settle the approval feed", exc_info=True)
+                self.wanted.set()
+            if any(member.feed.unsettled() for member in self.members):
+                self.wanted.set()
+
+    async def _tell(self, event: Shared) -> None:
+        for index, member in enumerate(list(self.members)):
+            if index and not index % BATCH:
+                await asyncio.sleep(0)  # let what was sent so far go out
+            if member not in self.members:
+                continue
+            try:
+                await member.deliver(event)
+            except Exception:  # one member (a socket closing, say) must not stop the others
+                logger.warning("could not settle an approval stream", exc_info=True)
+
+
+def _encoded_body(message: dict[str, Any]) -> bytes:
+    """An approval event's frame but its id line."""
     payload = _payload(message["run_id"], message["seq"], message["event"], message["data"])
-    return frame(message["event"], payload, pk).encode()
+    return frame(message["event"], payload).encode()
+
+
+def _with_id(cursor: str, body: bytes) -> bytes:
+    return f"id: {cursor}\n".encode() + body
 
 
 def _run_events_after(run_id: str, seq: int) -> list[tuple[int, str, dict[str, Any]]]:
@@ -400,6 +718,18 @@ def _run_state(run_id: str) -> tuple[str, int] | None:
 
 def _approval_events_after(pk: int) -> list[tuple[int, str, int, str, dict[str, Any]]]:
     return selectors.approval_events_after(pk=pk, limit=REPLAY_BATCH)
+
+
+def _approval_events_in(pks: Sequence[int]) -> list[tuple[int, str, int, str, dict[str, Any]]]:
+    return selectors.approval_events_in(pks)
+
+
+def _approval_pks_between(after: int, upto: int) -> list[int]:
+    return selectors.approval_event_pks_between(after=after, upto=upto)
+
+
+def _run_event_horizon() -> tuple[int, frozenset[str]]:
+    return selectors.run_event_horizon()
 
 
 def _event_pk(run_id: str, seq: int) -> int | None:
@@ -479,30 +809,45 @@ class _ApprovalWatch(Watch):
     Django's response loop to twisted's write cost more than the rest of a push. So while
     the stream waits with everything it was handed sent (and under daphne), the hub writes
     the frame to the connection itself and notes it as sent; otherwise (the replay, an idle
-    read, an access check under way, another server) the stream takes it as usual.
+    read, an access check under way, another server) the stream takes it as usual. A
+    settlement that sends nothing is applied here as well, waking nobody.
     """
 
     def __init__(self, groups: tuple[str, ...], *, feed: ApprovalFeed, quiet: _Quiet, connection: StreamWire | None):
         super().__init__(groups, tick=HEARTBEAT_SECONDS, poll=POLL_SECONDS)
         self.feed, self.quiet, self.connection = feed, quiet, connection
 
+    async def __aenter__(self) -> Self:
+        await super().__aenter__()
+        self.feed.settler.join(self)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.feed.settler.leave(self)
+        await super().__aexit__(*exc_info)
+
     @classmethod
     async def prepare(cls, event: Shared) -> None:
         await ApprovalFeed.prepare(event)
 
     async def deliver(self, event: Shared) -> None:
+        if event.message.get("type") == SETTLED:
+            if not (self.idle and self.feed.settle_quietly(event.message)):
+                await super().deliver(event)
+            return
         connection = self.connection if self.idle else None
         found = await ApprovalFeed.prepare(event) if connection is not None else None
-        if connection is None or found is None:  # a stream busy or starting, another server, an access check
+        if connection is None or found is None or not self.idle:  # a stream busy or starting, another server, ...
             await super().deliver(event)
             return
-        pk, data = found
-        if not self.feed.unsent(pk):
+        pk, body = found
+        if self.feed.seen(pk):
             return  # replayed already
+        data = self.feed.take_live(event, pk, body)
         if not connection.write(data):  # the response is closing: the stream finds out
+            self.feed.forget(pk)
             await super().deliver(event)
             return
-        self.feed.note(pk)
         self.quiet.since = time.monotonic()
         self.sent_now()
 
@@ -530,21 +875,24 @@ async def run_stream(run_id: str, after: int, viewer: Viewer | None = None) -> A
             yield part
 
 
-async def approval_stream(after: int, viewer: Viewer | None = None) -> AsyncIterator[str | bytes]:
-    """Yield the approval events of all runs after RunEvent pk `after`, then live ones, forever.
+async def approval_stream(after: Cursor | int | None, viewer: Viewer | None = None) -> AsyncIterator[str | bytes]:
+    """Yield the approval events of all runs the cursor `after` lacks (None: from now), then live ones, forever.
 
     1. Join this process's hubs (the approvals group, the viewer's access groups) before
        reading the table: an event committed during the replay arrives live as well and is
        dropped as a duplicate, so none is missed.
     2. Replay from the table, say `: live`, then send what the hubs hand over, a heartbeat
-       after each quiet spell, and `access_ended` once the viewer's access ends.
+       after each quiet spell, and `access_ended` once the viewer's access ends. Each
+       frame's id is the cursor after it (`Cursor`): a client reconnecting with it gets
+       every event it lacks, once, even one committed after a newer one it has.
     """
-    feed, quiet = ApprovalFeed(after), _Quiet()
+    feed, quiet = (ApprovalFeed(after) if after is not None else await ApprovalFeed.now()), _Quiet()
     connection = StreamWire.of(stream_send.get())
     async with _ApprovalWatch(
         _groups(events.APPROVALS_GROUP, viewer), feed=feed, quiet=quiet, connection=connection
     ) as watch:
-        for chunk in await feed.stored():
+        replayed = await feed.stored()
+        for chunk in replayed if after is not None else ():  # from now: what is committed counts as sent
             yield chunk
         yield LIVE
         async for part in _follow(watch, feed, viewer, quiet=quiet):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
+from django.db import connection, transaction
 from django.utils import timezone
 
-from agents import services, sql
-from agents.models import Approval, Grant, Message, Run, ToolCall
+from agents import events, services, sql
+from agents.models import Approval, Grant, Message, Run, RunEvent, ToolCall
 from tests.support.flows import decide, pending, start
 
 REFUND = "Refund order A1001 for 25.00 USD"
@@ -213,3 +215,39 @@ def test_it_reads_only_the_grants_of_the_calls_principal(db, alice):
     assert found("internal", "") == ["g0"]
     assert found("external", "bot1") == ["g1"]
     assert found("external", "bot2") == []
+
+
+def _event(run: Run) -> int:
+    with transaction.atomic():
+        events.publish(run_id=run.id, type=RunEvent.Type.APPROVAL_REQUIRED, data={})
+        return RunEvent.objects.filter(run=run).latest("pk").pk
+
+
+def test_it_names_the_transactions_that_may_still_commit_an_event_id_below_the_newest(transactional_db):
+    first, second = _queued(), _queued()
+    newest = _event(first)
+    assert sql.run_event_horizon() == (newest, frozenset())
+    if connection.vendor != "postgresql":
+        return  # SQLite: one writer at a time, whose ids come after every committed one
+    inserted, release, held = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                held.append(_event(second))
+                inserted.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert inserted.wait(10)
+        seen, holders = sql.run_event_horizon()
+        assert seen == newest < held[0]  # the held id is not committed: only its transaction is named
+        assert len(holders) == 1
+    finally:
+        release.set()
+        holder.join(10)
+    assert sql.run_event_horizon() == (held[0], frozenset())

@@ -22,8 +22,9 @@ from typing import Any, Self
 import httpx
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection, transaction
 
-from agents import runtime, services
+from agents import events, runtime, services
 from agents.models import Approval, AuditEntry, Run, RunEvent, SideEffect
 from tests.conftest import ROOT, child_env, wait_for
 from tests.support import flows
@@ -87,7 +88,7 @@ def token(transactional_db: None, alice: User) -> str:
 @dataclass
 class Frame:
     event: str | None  # None: a comment line (": live", ": heartbeat")
-    id: int | None = None
+    id: int | str | None = None  # a run's seq; /api/events: a cursor (`1200` is read as the number)
     data: Any = None
     comment: str = ""
 
@@ -128,7 +129,7 @@ class EventStream:
             frame = Frame(event=None, comment=fields["comment"])
         else:
             frame = Frame(
-                event=fields["event"], id=int(fields["id"]) if "id" in fields else None, data=json.loads(fields["data"])
+                event=fields["event"], id=_id(fields["id"]) if "id" in fields else None, data=json.loads(fields["data"])
             )
         self.frames.append(frame)
         return frame
@@ -147,6 +148,10 @@ class EventStream:
         while self.next() is not None:
             pass
         return self.frames[start:]
+
+
+def _id(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
 
 
 def stream(url: str, token: str, method: str = "GET", **headers: str) -> EventStream:
@@ -282,24 +287,97 @@ def test_it_closes_a_finished_runs_stream_after_its_replay(server: str, token: s
     assert frames[-1].data["data"]["status"] == "completed"
 
 
-def test_it_streams_every_runs_approval_events_with_event_pks_as_ids(server: str, token: str) -> None:
+def _approval_events() -> list[tuple[int, str, int]]:
+    rows = RunEvent.objects.filter(type__in=["approval_required", "approval_decided"]).order_by("pk")
+    return list(rows.values_list("pk", "run_id", "seq"))
+
+
+def _covers(frame: Frame, pk: int) -> bool:
+    """Whether the frame's id (a cursor: `upto` or `upto:pk,pk…`) counts RunEvent `pk` as sent."""
+    upto, _, also = str(frame.id).partition(":")
+    return pk <= int(upto) or str(pk) in also.split(",")
+
+
+def test_it_streams_every_runs_approval_events_with_cursors_over_event_pks_as_ids(server: str, token: str) -> None:
     with stream(f"{server}/api/events", token) as feed:
         feed.until(is_live)
         first = flows.start(REFUND)
         required = feed.until(lambda f: f.event == "approval_required")[-1]
         flows.decide(flows.pending(first)[0], "rejected", note="no", auto_resume=False)
         decided = feed.until(lambda f: f.event == "approval_decided")[-1]
-    pks = list(
-        RunEvent.objects.filter(type__in=["approval_required", "approval_decided"])
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )
-    assert [required.id, decided.id] == pks
+    rows = _approval_events()
+    assert [(f.data["run_id"], f.data["seq"]) for f in (required, decided)] == [(r[1], r[2]) for r in rows]
+    assert _covers(required, rows[0][0]) and not _covers(required, rows[1][0])
+    assert _covers(decided, rows[0][0]) and _covers(decided, rows[1][0])
     assert (required.data["run_id"], decided.data["data"]["decision"]) == (first.id, "rejected")
     second = flows.start("Refund order A1002 for 15.00 USD")  # while nobody listens
     with stream(f"{server}/api/events", token, **{"Last-Event-ID": str(decided.id)}) as feed:
         missed = stored(feed.until(is_live))
     assert [(f.event, f.data["run_id"]) for f in missed] == [("approval_required", second.id)]
+    with stream(f"{server}/api/events", token, **{"Last-Event-ID": str(rows[0][0])}) as feed:  # a bare pk, as before
+        missed = stored(feed.until(is_live))
+    assert [(f.event, f.data["run_id"]) for f in missed] == [
+        ("approval_decided", first.id),
+        ("approval_required", second.id),
+    ]
+
+
+def _publish_approval(run_id: str) -> None:
+    """Record an approval_required event of a run (through the engine's own events.publish)."""
+    with transaction.atomic():
+        events.publish(run_id=run_id, type=RunEvent.Type.APPROVAL_REQUIRED, data={"approval_id": f"appr_{run_id}"})
+
+
+def _publish_approval_held(run_id: str, inserted: threading.Event, release: threading.Event) -> None:
+    """`_publish_approval` in a thread whose transaction stays open, the event's pk taken, until `release`."""
+    try:
+        with transaction.atomic():
+            _publish_approval(run_id)  # a savepoint of the open transaction
+            inserted.set()
+            assert release.wait(30)
+    finally:
+        connection.close()  # this thread's own
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite admits one writer at a time: pks commit in order")
+def test_a_reconnect_gets_an_event_committed_after_a_newer_one_it_had_once(server: str, token: str) -> None:
+    """Event A takes its pk first, B commits first: a client that had B and reconnects still gets A, once.
+
+    A bare pk as the id ("every event up to B") lost A for good.
+    """
+    a_run, b_run = (services.run_create(agent="support", input=REFUND, enqueue=False) for _ in "ab")
+    url = f"{server}/api/events"
+    inserted, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_publish_approval_held, args=(a_run.id, inserted, release))
+    try:
+        with stream(url, token) as feed:
+            feed.until(is_live)
+            holder.start()
+            assert inserted.wait(10)  # A has its pk, uncommitted
+            _publish_approval(b_run.id)
+            had_b = feed.until(lambda f: f.event == "approval_required")[-1]
+        assert had_b.data["run_id"] == b_run.id
+        assert [row[1] for row in _approval_events()] == [b_run.id]  # A is not committed yet
+        # Reconnect while A is still in flight: nothing to replay; A arrives live once it commits.
+        with stream(url, token, **{"Last-Event-ID": str(had_b.id)}) as feed:
+            assert stored(feed.until(is_live)) == []
+            release.set()
+            holder.join(10)
+            had_a = feed.until(lambda f: f.event == "approval_required")[-1]
+        assert had_a.data["run_id"] == a_run.id
+    finally:
+        release.set()
+        holder.join(10)
+    (a_pk, _, _), (b_pk, _, _) = _approval_events()
+    assert a_pk < b_pk
+    # A client that lost the connection before A came reconnects after A committed: the replay has A alone.
+    with stream(url, token, **{"Last-Event-ID": str(had_b.id)}) as feed:
+        replayed = stored(feed.until(is_live))
+    assert [f.data["run_id"] for f in replayed] == [a_run.id]
+    # One that had A too gets nothing twice.
+    for frame in (had_a, replayed[-1]):
+        with stream(url, token, **{"Last-Event-ID": str(frame.id)}) as feed:
+            assert stored(feed.until(is_live)) == []
 
 
 # -- resume and stream -------------------------------------------------------------------

@@ -14,6 +14,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection, transaction
 from django.test import Client
 
 from agents import events, runtime, services
@@ -206,8 +207,26 @@ def _text(chunk: str | bytes) -> str:
     return chunk.decode() if isinstance(chunk, bytes) else chunk
 
 
-def _event_id(chunk: str | bytes) -> int:
-    return int(_text(chunk).split("\n")[0].removeprefix("id: "))
+def _cursor(chunk: str | bytes) -> sse.Cursor:
+    """The approval frame's id, a cursor."""
+    cursor = sse.Cursor.parse(_text(chunk).split("\n")[0].removeprefix("id: "))
+    assert cursor is not None, chunk
+    return cursor
+
+
+def _event_key(chunk: str | bytes) -> tuple[str, int]:
+    """The (run_id, seq) of the event a frame carries."""
+    payload = json.loads(_text(chunk).split("data: ")[1])
+    return payload["run_id"], payload["seq"]
+
+
+def _approval_event_keys() -> list[tuple[str, int]]:
+    rows = RunEvent.objects.filter(type__in=sse.APPROVAL_EVENTS).order_by("pk")
+    return list(rows.values_list("run_id", "seq"))
+
+
+def _covers(cursor: sse.Cursor, pk: int) -> bool:
+    return pk <= cursor.upto or pk in cursor.also
 
 
 async def _until_frame(stream: AsyncIterator[str | bytes], timeout: float = 5.0) -> str | bytes:
@@ -250,7 +269,8 @@ async def test_it_feeds_every_approval_stream_from_one_subscription_and_one_enco
     assert isinstance(frames[0], bytes)
     payload = json.loads(_text(frames[0]).split("data: ")[1])
     assert (payload["event"], payload["run_id"]) == ("approval_required", run.id)
-    assert _event_id(frames[0]) == (await in_thread(_approval_event_pks))[-1]
+    assert _event_key(frames[0]) == (await in_thread(_approval_event_keys))[-1]
+    assert _covers(_cursor(frames[0]), (await in_thread(_approval_event_pks))[-1])
     left = await in_thread(_subscribed) - before
     assert all(b"sse-anchor." in channel for channel in left), left  # the hubs let go
 
@@ -270,7 +290,8 @@ async def test_it_takes_a_live_events_pk_from_the_message_without_a_read(
         chunk = await _until_frame(stream)
     finally:
         await stream.aclose()
-    assert _event_id(chunk) == (await in_thread(_approval_event_pks))[-1]
+    assert _event_key(chunk) == (await in_thread(_approval_event_keys))[-1]
+    assert _covers(_cursor(chunk), (await in_thread(_approval_event_pks))[-1])
 
 
 class _Slow(Watch):
@@ -326,7 +347,8 @@ async def test_it_sends_an_event_committed_during_the_replay_once(monkeypatch: p
     finally:
         await stream.aclose()
     pks = await in_thread(_approval_event_pks)
-    assert [_event_id(chunk) for chunk in [*replayed, live]] == pks  # nothing missed, nothing twice
+    assert [_event_key(chunk) for chunk in [*replayed, live]] == await in_thread(_approval_event_keys)  # once each
+    assert all(_covers(_cursor(chunk), pk) for chunk, pk in zip([*replayed, live], pks, strict=True))
     assert after == pks[0]
     assert [json.loads(_text(c).split("data: ")[1])["run_id"] for c in [*replayed, live]] == [
         first.id,
@@ -393,6 +415,128 @@ async def test_it_streams_approvals_from_the_table_when_the_channel_layer_is_dow
     finally:
         await stream.aclose()
     assert json.loads(_text(chunk).split("data: ")[1])["run_id"] == run.id
+
+
+# -- the approval feed's cursor: events commit out of their pks' order ----------------------
+
+
+def test_an_approval_cursor_reads_back_as_written_and_a_bare_pk_as_before() -> None:
+    assert str(sse.Cursor(1200)) == "1200"
+    assert str(sse.Cursor(1200, (1203, 1207))) == "1200:1203,1207"
+    assert sse.Cursor.parse("1200") == sse.Cursor(1200)  # the id of older versions: every event up to it
+    assert sse.Cursor.parse("1200:1207,1203,1203") == sse.Cursor(1200, (1203, 1207))
+    too_many = "1:" + ",".join(map(str, range(2, sse.CURSOR_PKS_ACCEPTED + 3)))
+    for text in ["", "abc", "-1", "1:", "1:1", "5:3", "1:2,,3", "1: 2", "1;2", "٣", "9" * 19, too_many]:
+        assert sse.Cursor.parse(text) is None, text
+
+
+def test_the_horizon_settles_an_id_once_the_transactions_that_might_commit_below_it_ended() -> None:
+    horizon = sse._Horizon()
+    horizon.observe(100, frozenset({"3/7"}))  # 3/7 holds an id it may still commit, at or below 100
+    assert horizon.value is None
+    horizon.observe(104, frozenset({"3/7", "4/2"}))
+    assert horizon.value is None
+    horizon.observe(106, frozenset({"4/2"}))  # 3/7 ended: 100 is settled; 104 waits for 4/2 too
+    assert horizon.value == 100
+    horizon.observe(106, frozenset())
+    assert (horizon.value, horizon.waiting) == (106, [])
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("Last-Event-ID", "abc"), ("Last-Event-ID", "٣"), ("Last-Event-ID", "7:7"), ("after", "7:3")]
+)
+def test_the_approval_feed_refuses_an_id_it_never_sent(client: Client, alice: User, name: str, value: str) -> None:
+    client.force_login(alice)
+    headers = {"Accept": "text/event-stream"}
+    if name == "after":
+        response = client.get("/api/events", {"after": value}, headers=headers)
+    else:
+        response = client.get("/api/events", headers={**headers, name: value})
+    assert response.status_code == 400
+    assert response.json()["field"] == name
+
+
+def _publish_approval(run_id: str) -> int:
+    """Record an approval_required event of a run in a transaction of its own; return its pk."""
+    with transaction.atomic():
+        events.publish(run_id=run_id, type=RunEvent.Type.APPROVAL_REQUIRED, data={"approval_id": f"appr_{run_id}"})
+        return RunEvent.objects.filter(run_id=run_id, type=RunEvent.Type.APPROVAL_REQUIRED).latest("pk").pk
+
+
+def _run_of(chunk: str | bytes) -> str:
+    return _event_key(chunk)[0]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_sends_an_event_whose_push_was_lost_after_a_newer_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The push of an older event never comes (Redis hiccuped): the settlement of the newer one brings it."""
+    monkeypatch.setattr(sse, "SETTLE_SECONDS", 0.05)
+    older, newer = [await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False) for _ in "ab"]
+    send = events._send
+
+    def losing(groups: list[str], message: dict[str, Any]) -> None:
+        if message.get("run_id") != older.id:
+            send(groups, message)
+
+    monkeypatch.setattr(events, "_send", losing)
+    stream = sse.approval_stream(None)
+    try:
+        assert await _next(stream) == sse.LIVE
+        pks = [await in_thread(_publish_approval, run.id) for run in (older, newer)]
+        first, second = await _until_frame(stream), await _until_frame(stream)
+        assert await _next_or_none(stream, 0.5) is None  # and nothing twice
+    finally:
+        await stream.aclose()
+    assert [_run_of(first), _run_of(second)] == [newer.id, older.id]
+    assert all(_covers(_cursor(second), pk) for pk in pks)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite admits one writer at a time: pks commit in order")
+@pytest.mark.django_db(transaction=True)
+async def test_it_keeps_its_watermark_below_an_event_still_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event inserted first but committed last, its push lost: the watermark waits for it, then it is sent."""
+    monkeypatch.setattr(sse, "SETTLE_SECONDS", 0.05)
+    held, other = [await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False) for _ in "ab"]
+    send = events._send
+
+    def losing(groups: list[str], message: dict[str, Any]) -> None:
+        if message.get("run_id") != held.id:
+            send(groups, message)
+
+    monkeypatch.setattr(events, "_send", losing)
+    inserted, release, held_pk = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                held_pk.append(_publish_approval(held.id))  # a savepoint: the outer transaction stays open
+                inserted.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    stream = sse.approval_stream(None)
+    holder = threading.Thread(target=hold)
+    try:
+        assert await _next(stream) == sse.LIVE
+        holder.start()
+        assert await asyncio.to_thread(inserted.wait, 10)
+        other_pk = await in_thread(_publish_approval, other.id)
+        first = await _until_frame(stream)
+        assert _run_of(first) == other.id and held_pk[0] < other_pk
+        coming = asyncio.ensure_future(_until_frame(stream, 30))
+        await asyncio.sleep(0.5)  # the settler looks at the table meanwhile: none may settle past the held event
+        assert not coming.done()
+        assert _cursor(first).upto < held_pk[0]
+        release.set()
+        second = await asyncio.wait_for(coming, 10)
+        assert await _next_or_none(stream, 0.5) is None
+    finally:
+        release.set()
+        await asyncio.to_thread(holder.join, 10)
+        await stream.aclose()
+    assert _run_of(second) == held.id
+    assert _covers(_cursor(second), held_pk[0]) and _covers(_cursor(second), other_pk)
 
 
 @pytest.mark.django_db
