@@ -175,7 +175,7 @@ def _email(delivery: Delivery) -> None:
         raise NotSendable(f"{delivery.target} is no longer a reviewer")
     context = email_context(delivery.payload, user.username)
     # One line: a recorded name (the CLI's --by) may hold a line break, which no header may carry.
-    subject = _one_line(f"[agentfast] {payloads.headline(delivery.payload)}")
+    subject = payloads.one_line(f"[agentfast] {payloads.headline(delivery.payload)}")
     text_body = render_to_string("dashboard/integrations/email.txt", context)
     html_body = render_to_string("dashboard/integrations/email.html", context)
     message = EmailMultiAlternatives(
@@ -204,25 +204,23 @@ def email_context(payload: dict[str, Any], username: str) -> dict[str, Any]:
     context: dict[str, Any] = {
         "headline": payloads.headline(payload),
         "data": data,
-        "arguments": json.dumps(data["arguments"], indent=2, ensure_ascii=False),
+        "arguments": payloads.arguments_json(data["arguments"], indent=2),
         "pending": payload["type"] in payloads.WAITING,
         "answer": payloads.asks_answer(payload),
         # The plain-text part shows what people and models wrote on one line each: a prompt's own
         # line breaks could otherwise draw a "One-click … Approve: <link>" section of its own.
-        "prompt_line": _one_line(str(data.get("prompt") or ""), limit=500),
-        "description_line": _one_line(str(data.get("description") or ""), limit=500),
-        "note_line": _one_line(str(data.get("note") or "")),
+        "prompt_line": payloads.one_line(str(data.get("prompt") or ""), limit=500),
+        "description_line": payloads.one_line(str(data.get("description") or ""), limit=500),
+        "note_line": payloads.one_line(str(data.get("note") or "")),
+        # And every name on one line: a name recorded through the CLI's --by may hold line breaks.
+        "agent_line": payloads.one_line(str(data.get("agent") or "")),
+        "requested_line": payloads.one_line(str(data.get("requested_by") or "")),
+        "decided_line": payloads.one_line(str(data.get("decided_by") or "")),
     }
     decisions = payloads.click_decisions(payload)
     if payload.get("one_click") and decisions:
         context["links"] = one_click_links(data["approval_id"], username, data["arguments"], decisions)
     return context
-
-
-def _one_line(text: str, *, limit: int = 0) -> str:
-    """Return the text on one line (every run of whitespace one space), cut to `limit` characters with "…"."""
-    line = " ".join(text.split())
-    return line[: limit - 1] + "…" if limit and len(line) > limit else line
 
 
 def one_click_links(approval_id: str, username: str, arguments: Any, decisions: tuple[str, ...]) -> dict[str, str]:
@@ -244,31 +242,43 @@ def one_click_links(approval_id: str, username: str, arguments: Any, decisions: 
 
 
 def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
-    """Return a Block Kit message: the call in plain words, with the buttons of its decisions while it waits."""
+    """Return a Block Kit message: the call in plain words, with the buttons of its decisions while it waits.
+
+    What people and models wrote stands on one line each, as in a mail's plain text: a prompt's
+    own line breaks could otherwise lay out lines that pass for the message's ("approved by …").
+    """
     data = payload["data"]
     page = "Answer it in agentfast" if payloads.asks_answer(payload) else "Open in agentfast"
     head = f"`{_mrkdwn(data['tool'])}` "
     # .get: a delivery stored before payloads carried the description has none.
     said = (
-        f"\nWhat it does, in the agent's words: {_mrkdwn_within(data['description'], 300)}"
+        f"\nWhat it does, in the agent's words: {_mrkdwn_within(payloads.one_line(data['description']), 300)}"
         if data.get("description")
         else ""
     )
+    asker = payloads.one_line(data["requested_by"] or "") or "an agent"
     tail = (
-        f"{said}\nAsked by {_mrkdwn(data['requested_by'] or 'an agent')} in run {data['run_id']}: "
-        f"_{_mrkdwn(data['prompt'][:300])}_\n<{data['url']}|{page}>"
+        f"{said}\nAsked by {_mrkdwn(asker)} in run {data['run_id']}: "
+        f"_{_mrkdwn(payloads.one_line(data['prompt'])[:300])}_\n<{data['url']}|{page}>"
     )
-    arguments = json.dumps(data["arguments"], ensure_ascii=False)
+    arguments = payloads.arguments_json(data["arguments"])
     call = head + _mrkdwn_within(arguments, SECTION_CHARS - len(head) - len(tail)) + tail
-    blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_mrkdwn(payloads.headline(payload))}*"}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": call}},
-    ]
+    blocks: list[dict[str, Any]] = [_section(f"*{_mrkdwn(payloads.headline(payload))}*"), _section(call)]
     if decisions := payloads.click_decisions(payload):
         elements = [_button(decision, data["approval_id"]) for decision in decisions]
         blocks.append({"type": "actions", "block_id": decision_block_id(payload), "elements": elements})
     # The fallback text is mrkdwn too (and what notifications show): a name in it must not page a channel.
     return {"text": _mrkdwn(payloads.headline(payload)), "blocks": blocks}
+
+
+def _section(mrkdwn: str) -> dict[str, Any]:
+    """Return a section of escaped mrkdwn that Slack shows verbatim.
+
+    Verbatim, Slack still reads the message's own markup (its link, bold, code) but adds none to
+    the text: a URL in the arguments or a prompt is not made a link, "#general" a channel's, nor
+    a mention parsed out of plain words (Block Kit's text object, `verbatim`).
+    """
+    return {"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn, "verbatim": True}}
 
 
 def decision_block_id(payload: dict[str, Any]) -> str:
@@ -281,16 +291,13 @@ def decision_block_id(payload: dict[str, Any]) -> str:
 
 def slack_outcome(headline: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
     """Return the replacement of a clicked message: what became of the call, without buttons."""
-    return {
-        "replace_original": True,
-        "text": _mrkdwn(headline),
-        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": _mrkdwn(headline)}}],
-    }
+    line = _mrkdwn(payloads.one_line(headline))
+    return {"replace_original": True, "text": line, "blocks": [_section(line)]}
 
 
 def slack_reply(headline: str) -> dict[str, Any]:
     """Return the answer only the presser sees; mrkdwn too, so names and messages in it are escaped."""
-    return {"text": _mrkdwn(headline), "response_type": "ephemeral"}
+    return {"text": _mrkdwn(payloads.one_line(headline)), "response_type": "ephemeral"}
 
 
 _BUTTONS = {"approved": ("Approve", "primary"), "rejected": ("Reject", "danger")}

@@ -179,7 +179,8 @@ def _settled(delivery: Delivery) -> str:
         return ""
     if approval.status == Approval.Status.EXPIRED:
         return "not sent: the call expired before this message went out"
-    return f"not sent: the call was {approval.status} by {approval.decided_by} before this message went out"
+    by = payloads.one_line(approval.decided_by)
+    return f"not sent: the call was {approval.status} by {by} before this message went out"
 
 
 def _retry_later(delivery: Delivery) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
@@ -57,9 +58,31 @@ def _description(approval: Approval, run: Run) -> str:
     return str(external_request(approval.id, run.id).get("description") or "")[:2000]
 
 
+def one_line(text: str, *, limit: int = 0) -> str:
+    """Return the text on one line (every run of whitespace one space), cut to `limit` characters with "…".
+
+    Python's whitespace includes the separators some mail readers and Slack break lines at
+    (U+0085, U+2028, U+2029), which a JSON string keeps as they are.
+    """
+    line = " ".join(text.split())
+    return line[: limit - 1] + "…" if limit and len(line) > limit else line
+
+
+# JSON leaves these unescaped (they are not control characters), yet a mail reader or Slack may
+# start a line at each: arguments could lay out an "Approve: <link>" line of their own.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def arguments_json(arguments: Any, *, indent: int | None = None) -> str:
+    """Return arguments as JSON for people to read: the same values, every line break written as an escape."""
+    return json.dumps(arguments, indent=indent, ensure_ascii=False).translate(_LINE_BREAKS)
+
+
 def headline(payload: dict[str, Any]) -> str:
-    """Return one line saying what happened."""
+    """Return one line saying what happened (a recorded name or note may hold line breaks: they become spaces)."""
     data, kind = payload["data"], payload["type"]
+    names = {key: one_line(str(data.get(key) or "")) for key in ("decided_by", "note")}
+    data = {**data, **names}
     if kind == "approval.decided":
         return f"{data['tool']} was {data['status']} by {data['decided_by'] or 'the system'}"
     if kind == "approval.expired" and data.get("decided_by") not in (None, "", "system"):
