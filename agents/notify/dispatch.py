@@ -25,8 +25,7 @@ from agents.services.notify import Target
 logger = logging.getLogger(__name__)
 # The backend that holds permissions (django-axes, first in AUTHENTICATION_BACKENDS, holds none).
 PERMISSIONS_BACKEND = "django.contrib.auth.backends.ModelBackend"
-# The deliveries a person reads, which ask them to decide while the call waits.
-HUMAN_KINDS = (Delivery.Kind.EMAIL, Delivery.Kind.SLACK)
+HUMAN_KINDS = notify_services.HUMAN_KINDS
 
 
 def fan_out(event_type: str, approval_id: str) -> list[int]:
@@ -170,17 +169,12 @@ def _settled(delivery: Delivery) -> str:
     hour) would still ask for a decision and offer buttons that can only be refused. A webhook
     is sent regardless: it is a record of the event for a program, not a question to a person.
     """
-    if delivery.kind not in HUMAN_KINDS or delivery.event_type not in payloads.WAITING:
+    settled = notify_services.deliveries_settled([delivery]).get(delivery.pk)
+    if settled is None:
         return ""
-    approval = Approval.objects.filter(pk=delivery.approval_id).only("status", "decided_by").first()
-    if approval is None:
-        return "not sent: its approval no longer exists"
-    if approval.status == Approval.Status.PENDING:
-        return ""
-    if approval.status == Approval.Status.EXPIRED:
-        return "not sent: the call expired before this message went out"
-    by = payloads.one_line(approval.decided_by)
-    return f"not sent: the call was {approval.status} by {by} before this message went out"
+    if settled == notify_services.GONE:
+        return f"not sent: {settled}"
+    return f"not sent: {settled} before this message went out"
 
 
 def _retry_later(delivery: Delivery) -> None:

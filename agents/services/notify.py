@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,10 +14,11 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents import text
-from agents.models import AuditEntry
+from agents.models import Approval, AuditEntry
+from agents.notify import payloads
 from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink, SlackLink, SlackRequest
 from agents.services.approvals import Attempt, audit_run
-from agents.services.errors import InvalidInput, NotFound
+from agents.services.errors import InvalidInput, NotFound, WrongState
 
 # Seconds to wait after each failed attempt: about a day in all, then the delivery is given up.
 BACKOFF = (5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800, 21600, 21600, 21600)
@@ -26,6 +28,9 @@ MAX_ATTEMPTS = len(BACKOFF) + 1
 CLAIM_SECONDS = 60
 KEEP_CLAIM_SECONDS = 600
 REPLAY_WINDOW = timedelta(minutes=10)  # longer than the 5 minutes a signed Slack request is accepted for
+# The deliveries a person reads, which ask them to decide while the call waits.
+HUMAN_KINDS = (Delivery.Kind.EMAIL, Delivery.Kind.SLACK)
+GONE = "its approval no longer exists"  # what deliveries_settled says of a call whose approval was deleted
 
 
 @dataclass(frozen=True)
@@ -127,13 +132,19 @@ def _still_claimed(delivery: Delivery) -> QuerySet[Delivery]:
 
 
 def delivery_redeliver(*, delivery_id: int, attempt: Attempt) -> Delivery:
-    """Send a delivery again now, with the same webhook-id, whatever happened to it; audited."""
+    """Send a delivery again now, with the same webhook-id, whatever happened to it; audited.
+
+    Refused (WrongState) for a person's message asking to decide a call that no longer waits:
+    sent again, it would only be superseded at once (see deliveries_settled).
+    """
     from agents.notify.tasks import deliver  # the tasks call these services
 
     with transaction.atomic():
         delivery = Delivery.objects.select_for_update().filter(pk=delivery_id).first()
         if delivery is None:
             raise NotFound(f"no delivery {delivery_id}")
+        if delivery_id in (settled := deliveries_settled([delivery])):
+            raise WrongState(redeliver_refusal(delivery, settled[delivery_id]), delivery=delivery_id)
         Delivery.objects.filter(pk=delivery_id).update(
             status=Delivery.Status.PENDING, next_attempt_at=timezone.now(), attempts=0
         )
@@ -152,6 +163,42 @@ def delivery_redeliver(*, delivery_id: int, attempt: Attempt) -> Delivery:
         deliver.delay_on_commit(delivery_id)
     delivery.refresh_from_db()
     return delivery
+
+
+def deliveries_settled(deliveries: Iterable[Delivery]) -> dict[int, str]:
+    """Return, by delivery id, what became of the call of each person's message asking to decide one that is over.
+
+    "the call was approved by bob", "the call expired", "its approval no longer exists"; one
+    query for them all (a page of the deliveries log). A webhook, or an event that asks nobody
+    anything (approval.decided), is never settled: it is a record, sent regardless.
+    """
+    asking = {
+        delivery.pk: delivery.approval_id
+        for delivery in deliveries
+        if delivery.kind in HUMAN_KINDS and delivery.event_type in payloads.WAITING
+    }
+    if not asking:
+        return {}
+    approvals = {
+        approval.pk: approval
+        for approval in Approval.objects.filter(pk__in=set(asking.values())).only("status", "decided_by")
+    }
+    settled = {}
+    for delivery_id, approval_id in asking.items():
+        approval = approvals.get(approval_id)
+        if approval is None:
+            settled[delivery_id] = GONE
+        elif approval.status == Approval.Status.EXPIRED:
+            settled[delivery_id] = "the call expired"
+        elif approval.status != Approval.Status.PENDING:
+            settled[delivery_id] = f"the call was {approval.status} by {payloads.one_line(approval.decided_by)}"
+    return settled
+
+
+def redeliver_refusal(delivery: Delivery, settled: str) -> str:
+    """Return why a person's message asking for a decision is not sent again, in words for whoever asked."""
+    what = "mail" if delivery.kind == Delivery.Kind.EMAIL else "Slack message"
+    return f"this {what} asks for a decision, and {settled}: sent again, it would only be superseded at once"
 
 
 def deliveries_due(*, now: datetime | None = None) -> list[int]:

@@ -22,6 +22,10 @@ PAGE_SIZE = 50
 @admin_required
 def delivery_list(request: HttpRequest) -> HttpResponse:
     """List deliveries, newest first, optionally of one status."""
+    return _list_page(request)
+
+
+def _list_page(request: HttpRequest, *, error: str = "", status_code: int = 200) -> HttpResponse:
     status = request.GET.get("status", "")
     deliveries = Delivery.objects.prefetch_related("attempt_log")
     if status in Delivery.Status.values:
@@ -29,23 +33,31 @@ def delivery_list(request: HttpRequest) -> HttpResponse:
     else:
         status = ""
     page = Paginator(deliveries, PAGE_SIZE).get_page(request.GET.get("page"))
+    # A person's message asking to decide a call that no longer waits has no Redeliver button: sent
+    # again, it would only be superseded at once. The row says why instead.
+    settled = notify_services.deliveries_settled(page.object_list)
+    for delivery in page.object_list:
+        delivery.settled = settled.get(delivery.pk, "")  # type: ignore[attr-defined]
     context = {
         "page": page,
         "status": status,
         "statuses": Delivery.Status.values,
         "query": urlencode({"status": status}) if status else "",  # the pager's links keep the filter
+        "error": error,
     }
-    return render(request, "dashboard/deliveries.html", context)
+    return render(request, "dashboard/deliveries.html", context, status=status_code)
 
 
 @require_POST
 @admin_required
 def delivery_redeliver(request: HttpRequest, delivery_id: int) -> HttpResponse:
-    """Send a delivery again (same webhook-id); audited."""
+    """Send a delivery again (same webhook-id); audited. One that could only be superseded again is refused (409)."""
     try:
         notify_services.delivery_redeliver(
             delivery_id=delivery_id, attempt=attempt_from(request, source=AuditEntry.Source.WEB)
         )
     except services.NotFound:
         return render(request, "404.html", status=404)
+    except services.WrongState as exc:
+        return _list_page(request, error=f"Delivery {delivery_id} not redelivered: {exc.message}", status_code=409)
     return redirect("deliveries")

@@ -1,4 +1,8 @@
-"""The deliveries page: admins see every notification and its attempts, and can redeliver (audited)."""
+"""The deliveries page: admins see every notification and its attempts, and can redeliver (audited).
+
+A person's message asking to decide a call that no longer waits cannot be redelivered: it would
+only be superseded again. The page says so instead of offering the button; a request is refused.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from django.core import mail
+from django.http import HttpResponse
 
-from agents.models import AuditEntry
+from agents import services
+from agents.models import Approval, AuditEntry
 from agents.notify import dispatch
 from agents.notify.models import Delivery
+from agents.services import Attempt
 from agents.services import notify as notify_services
 from agents.services.notify import Target
-from tests.support.flows import start
+from tests.support.flows import decide, start
 
 CONFIG = """
 agents:
@@ -66,3 +74,125 @@ def test_it_keeps_the_status_filter_on_the_next_page(client_for, carol):
 
     assert first.context["page"].has_next()
     assert 'href="?status=pending&amp;page=2"' in first.content.decode()
+
+
+MAILED = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request]
+tool_overrides:
+  refund_request: {risk: high, hitl_mode: suspend}
+notifications:
+  - kind: email
+    to: [erin]
+    one_click: true
+"""
+
+
+@pytest.fixture
+def erin(db: None):
+    return services.user_create(username="erin", role="reviewer", password="erin-password", email="erin@example.com")[0]
+
+
+@pytest.fixture
+def mailed(settings, erin, agent_config: Callable[[str], Path], django_capture_on_commit_callbacks) -> Delivery:
+    """A mail asking erin to decide a call, stored but not sent (the mail server was down)."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    agent_config(MAILED)
+    with django_capture_on_commit_callbacks(execute=True):
+        start("Refund order A1001 for 25.00 USD")
+    return Delivery.objects.get(kind="email")
+
+
+def _row(page: HttpResponse, delivery: Delivery) -> str:
+    content = page.content.decode()
+    start_at = content.index(f'id="delivery-{delivery.pk}"')
+    return content[start_at : content.index("</tr>", start_at)]
+
+
+def test_it_offers_no_redeliver_of_a_mail_superseded_by_its_calls_decision_and_says_why(
+    client_for, carol, mailed, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(Approval.objects.get(), "approved", by="bob")
+    assert dispatch.send(mailed.pk) == "superseded"
+
+    row = _row(client_for(carol).get("/deliveries"), mailed)
+
+    assert "Redeliver</button>" not in row
+    assert "No redeliver: it asks for a decision, and the call was approved by bob." in row
+
+
+def test_it_refuses_to_redeliver_a_superseded_mail_with_the_reason_and_leaves_it_as_it_was(
+    client_for, carol, mailed, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(Approval.objects.get(), "rejected", by="bob", feedback="no")
+    dispatch.send(mailed.pk)
+    before = Delivery.objects.get(pk=mailed.pk)
+
+    answer = client_for(carol).post(f"/deliveries/{mailed.pk}/redeliver")
+
+    # Queued again, it was superseded again at once: the button did nothing, and said nothing.
+    assert answer.status_code == 409
+    assert (
+        f"Delivery {mailed.pk} not redelivered: this mail asks for a decision, and the call was rejected by bob: "
+        "sent again, it would only be superseded at once"
+    ) in answer.content.decode()
+    after = Delivery.objects.get(pk=mailed.pk)
+    assert (after.status, after.attempts, after.next_attempt_at, after.last_error) == (
+        "superseded",
+        before.attempts,
+        None,
+        before.last_error,
+    )
+    assert not AuditEntry.objects.filter(action="redeliver").exists()
+    assert mail.outbox == []
+
+
+def test_it_refuses_in_the_service_too_so_every_caller_gets_the_reason(mailed, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_cancel(run_id=Approval.objects.get().run_id, attempt=Attempt(actor="bob", source="cli"))
+    dispatch.send(mailed.pk)
+
+    with pytest.raises(services.WrongState) as refused:
+        notify_services.delivery_redeliver(delivery_id=mailed.pk, attempt=Attempt(actor="carol", source="cli"))
+
+    assert refused.value.code == "wrong_state"
+    assert "this mail asks for a decision, and the call expired" in refused.value.message
+
+
+def test_it_keeps_a_delivered_question_delivered_rather_than_letting_a_redeliver_supersede_it(
+    client_for, carol, mailed, django_capture_on_commit_callbacks
+):
+    assert dispatch.send(mailed.pk) == "delivered"
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(Approval.objects.get(), "approved", by="bob")
+
+    assert client_for(carol).post(f"/deliveries/{mailed.pk}/redeliver").status_code == 409
+    assert Delivery.objects.get(pk=mailed.pk).status == "delivered"
+
+
+def test_it_still_redelivers_a_failed_mail_while_its_call_waits_and_the_decisions_own_mail(
+    client_for, carol, mailed, settings, django_capture_on_commit_callbacks
+):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", 9  # nothing listens: the attempt fails
+    statuses = [dispatch.send(mailed.pk, force=True) for _ in range(notify_services.MAX_ATTEMPTS)]
+    assert statuses[-1] == "failed"
+    assert "Redeliver</button>" in _row(client_for(carol).get("/deliveries"), mailed)
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    assert client_for(carol).post(f"/deliveries/{mailed.pk}/redeliver").status_code == 302
+    assert dispatch.send(mailed.pk) == "delivered"  # as the worker the redeliver enqueued for
+    assert [message.to for message in mail.outbox] == [["erin@example.com"]]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(Approval.objects.get(), "approved", by="bob")
+    told = Delivery.objects.get(kind="email", event_type="approval.decided")
+    assert dispatch.send(told.pk) == "delivered"
+    assert "Redeliver</button>" in _row(client_for(carol).get("/deliveries"), told)  # a record, not a question
+    assert client_for(carol).post(f"/deliveries/{told.pk}/redeliver").status_code == 302
+    assert dispatch.send(told.pk) == "delivered"
+    assert len(mail.outbox) == 3
