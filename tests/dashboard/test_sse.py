@@ -463,6 +463,17 @@ def _publish_approval(run_id: str) -> int:
         return RunEvent.objects.filter(run_id=run_id, type=RunEvent.Type.APPROVAL_REQUIRED).latest("pk").pk
 
 
+def _store_unpushed_approval(run_id: str) -> int:
+    """Store an approval_required event of a run whose push never comes (its publisher lost Redis); return its pk.
+
+    The row is written as events.record writes it, under the run's seq reservation, and nothing is sent.
+    """
+    with transaction.atomic():
+        seq = events.reserve(run_id=run_id, count=1)
+        data = {"approval_id": f"appr_{run_id}"}
+        return RunEvent.objects.create(run_id=run_id, seq=seq, type=RunEvent.Type.APPROVAL_REQUIRED, data=data).pk
+
+
 def _run_of(chunk: str | bytes) -> str:
     return _event_key(chunk)[0]
 
@@ -472,17 +483,10 @@ async def test_it_sends_an_event_whose_push_was_lost_after_a_newer_one(monkeypat
     """The push of an older event never comes (Redis hiccuped): the settlement of the newer one brings it."""
     monkeypatch.setattr(sse, "SETTLE_SECONDS", 0.05)
     older, newer = [await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False) for _ in "ab"]
-    send = events._send
-
-    def losing(groups: list[str], message: dict[str, Any]) -> None:
-        if message.get("run_id") != older.id:
-            send(groups, message)
-
-    monkeypatch.setattr(events, "_send", losing)
     stream = sse.approval_stream(None)
     try:
         assert await _next(stream) == sse.LIVE
-        pks = [await in_thread(_publish_approval, run.id) for run in (older, newer)]
+        pks = [await in_thread(_store_unpushed_approval, older.id), await in_thread(_publish_approval, newer.id)]
         first, second = await _until_frame(stream), await _until_frame(stream)
         assert await _next_or_none(stream, 0.5) is None  # and nothing twice
     finally:
@@ -497,19 +501,12 @@ async def test_it_keeps_its_watermark_below_an_event_still_in_flight(monkeypatch
     """An event inserted first but committed last, its push lost: the watermark waits for it, then it is sent."""
     monkeypatch.setattr(sse, "SETTLE_SECONDS", 0.05)
     held, other = [await in_thread(services.run_create, agent="support", input=REFUND, enqueue=False) for _ in "ab"]
-    send = events._send
-
-    def losing(groups: list[str], message: dict[str, Any]) -> None:
-        if message.get("run_id") != held.id:
-            send(groups, message)
-
-    monkeypatch.setattr(events, "_send", losing)
     inserted, release, held_pk = threading.Event(), threading.Event(), []
 
     def hold() -> None:
         try:
             with transaction.atomic():
-                held_pk.append(_publish_approval(held.id))  # a savepoint: the outer transaction stays open
+                held_pk.append(_store_unpushed_approval(held.id))  # a savepoint: the outer transaction stays open
                 inserted.set()
                 release.wait(30)
         finally:
