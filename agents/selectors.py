@@ -179,6 +179,12 @@ def approval_get(approval_id: str) -> Approval:
         raise NotFound(f"no approval {approval_id}") from None
 
 
+def approvals_in(approval_ids: Iterable[str]) -> dict[str, Approval]:
+    """Return the approvals of these ids that exist, by id, with their run and call."""
+    rows = Approval.objects.select_related("run", "tool_call").filter(pk__in=list(approval_ids))
+    return {approval.id: approval for approval in rows}
+
+
 def approval_filter_choices() -> tuple[list[str], list[str]]:
     """Return the agents any run ran and the tools any approval asked for, sorted (a probe of an index per name)."""
     agents, tools = sql.distinct_values((Run._meta.db_table, "agent"), (Approval._meta.db_table, "tool"))

@@ -18,7 +18,7 @@ from agents.tools import registry
 from dashboard.auth import attempt_from, is_reviewer, reviewer_required, signin_required
 from dashboard.templatetags.agentfast import shown_json
 from dashboard.web.forms import BulkDecisionForm, DecisionForm
-from dashboard.web.inbox import CARD_DEFAULTS, prepare_cards
+from dashboard.web.inbox import CARD_DEFAULTS, describe_cards, prepare_cards
 from dashboard.web.pages import HtmxHttpRequest, errors_text, refusal_shown
 
 
@@ -48,10 +48,36 @@ def approval_bulk(request: HttpRequest) -> HttpResponse:
         _bulk_one(request, approval_id, digest, decision=data["decision"], note=data["note"])
         for approval_id, digest in data["cards"]
     ]
+    _name_results(results)
     done = sum(1 for result in results if result["ok"])
     voted = sum(1 for result in results if result["voted"])
-    context = {"results": results, "done": done, "voted": voted, "decision": data["decision"], "total": len(results)}
+    undecided = len(results) - done - voted
+    context = {
+        "results": results,
+        "done": done,
+        "voted": voted,
+        "refused": undecided,
+        "decision": data["decision"],
+        "total": len(results),
+        # The note went with the calls decided, not with those refused: shown to copy for them.
+        "unrecorded": [(_note_label(undecided, len(results)), data["note"])] if undecided and data["note"] else [],
+    }
     return render(request, "dashboard/bulk.html", context)
+
+
+def _name_results(results: list[dict[str, Any]]) -> None:
+    """Give each result its call as a card shows it (summary, link), so that a reviewer knows which one it was."""
+    approvals = selectors.approvals_in(result["id"] for result in results)
+    describe_cards(list(approvals.values()))
+    for result in results:
+        result["approval"] = approvals.get(result["id"])
+
+
+def _note_label(refused: int, total: int) -> str:
+    """Name the bulk note shown back: it was kept with every call decided, so it is shown for the others."""
+    if refused == total:
+        return "Your note"
+    return "Your note, for the call not decided" if refused == 1 else "Your note, for the calls not decided"
 
 
 def _bulk_one(request: HttpRequest, approval_id: str, digest: str, *, decision: str, note: str) -> dict[str, Any]:
@@ -178,7 +204,10 @@ def approval_decide(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
         status = 422
     prepare_cards(request.user, [approval])
     conflict = status == 409 and not refusal
-    unrecorded = _unrecorded(form) if conflict else []
+    # Decided first, or no longer this reviewer's to decide (approvers changed, four eyes): the form
+    # is not shown again, so what they typed is, to copy.
+    shut_out = status == 403 and not getattr(approval, "decidable", True)
+    unrecorded = _unrecorded(form) if conflict or shut_out else []
     if status == 200:
         form = DecisionForm(approval=approval)  # a fresh form: the current arguments and their digest
     elif status != 422:

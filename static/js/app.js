@@ -160,7 +160,9 @@
     if (!box) return;
     var earlier = box.querySelector(".decide-error");
     if (earlier) earlier.remove();
-    if (box.matches(".card")) box.classList.add("deciding");
+    // Only a decision's answer replaces the card: Extend and Run now answer with the deadline's
+    // part, and a card left "deciding" would leave the keys' reach and go at its next push.
+    if (box.matches(".card") && event.detail.target === box) box.classList.add("deciding");
   });
 
   // A decision lives on an inbox card or in the approval page's decision panel.

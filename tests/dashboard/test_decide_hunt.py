@@ -202,7 +202,7 @@ def test_it_says_a_card_expired_rather_than_that_someone_decided_it_in_bulk(clie
 
     page = html.unescape(response.content.decode())
     assert "0 of 1 approved" in page
-    assert f"{approval.id}</code>: not decided: approval {approval.id} was already expired by deadline" in page
+    assert f"{approval.id}</code></a>: not decided: approval {approval.id} was already expired by deadline" in page
     assert "someone decided it first" not in page
 
 

@@ -150,7 +150,7 @@ def test_it_decides_several_cards_each_audited_and_says_what_succeeded(client_fo
 
     html = response.content.decode()
     assert response.status_code == 200 and "2 of 3 approved" in html
-    assert f"<code>{taken.id}</code>: not decided: someone decided it first" in html
+    assert f"<code>{taken.id}</code></a>: not decided: someone decided it first" in html
     assert [Approval.objects.get(pk=a.id).status for a in (refund, email, taken)] == [
         "approved",
         "approved",
@@ -170,7 +170,7 @@ def test_it_refuses_in_bulk_what_the_reviewer_may_not_decide(client_for, alice, 
     )
 
     html = response.content.decode()
-    assert "1 of 2 rejected" in html and re.search(rf"<code>{refund.id}</code>: not decided: [^<]*bob", html)
+    assert "1 of 2 rejected" in html and re.search(rf"<code>{refund.id}</code></a>: not decided: [^<]*bob", html)
     assert Approval.objects.get(pk=refund.id).status == "pending"
     assert AuditEntry.objects.filter(actor="alice", approval_id=refund.id, outcome="not_permitted").exists()
 
