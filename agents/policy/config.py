@@ -661,7 +661,30 @@ def _check_tools_exist(
 
 def configuration_problems(policy: Policy) -> list[str]:
     """Return what in the file looks like a mistake that weakens the gate, for the commands that start the site to say."""
-    return [*_stricter_rules_the_deadline_undoes(policy), *_typos_of_registered_tools(policy)]
+    return [
+        *_stricter_rules_the_deadline_undoes(policy),
+        *_reminders_at_every_sweep(policy),
+        *_typos_of_registered_tools(policy),
+    ]
+
+
+# A reminder goes to every approver of a waiting call; more often than this reads as a unit typed
+# wrong (1s for 1h), and below the sweep's interval it goes out at every sweep.
+REMINDER_WARNING_SECONDS = 60
+
+
+def _reminders_at_every_sweep(policy: Policy) -> Iterator[str]:
+    """Say each remind_every under a minute: every approver of each waiting call is reminded that often."""
+    for name, tool in policy.tool_overrides.items():
+        entries = [(f"tool_overrides.{name}", tool.remind_every)]
+        entries += [(f"tool_overrides.{name}.rules.{rule.name}", rule.remind_every) for rule in tool.rules]
+        for where, every in entries:
+            if every is not None and every < REMINDER_WARNING_SECONDS:
+                yield (
+                    f"{policy.path}: {where}: remind_every is {every:g} s: every approver of each waiting call "
+                    f"is reminded that often (at each of beat's sweeps, every {settings.AGENTFAST_SWEEP_SECONDS:g} s, "
+                    "at the most); write minutes or hours (30m, 4h) unless that is meant"
+                )
 
 
 def _stricter_rules_the_deadline_undoes(policy: Policy) -> Iterator[str]:

@@ -198,3 +198,38 @@ def test_it_still_takes_approvers_beside_risk_low_for_its_ask_rules(tmp_path: Pa
     policy = parse({"tool_overrides": {"refund_request": entry}}, tmp_path / "agentfast.yaml")
 
     assert policy.tool_policy("refund_request").approvers == ("finance",)
+
+
+REMINDERS = """
+agents:
+  support:
+    model: demo
+    tools: [lookup_order, refund_request, send_email]
+tool_overrides:
+  refund_request:
+    risk: high
+    remind_every: 1s
+    rules:
+      - {name: large, when: "args.amount_cents > 100000", action: ask, remind_every: 30m}
+      - {name: small, when: "args.amount_cents < 100", action: ask, remind_every: 0.001s}
+  send_email: {risk: high, remind_every: 1h}
+"""
+
+
+def test_it_warns_at_start_of_reminders_under_a_minute_that_go_out_at_every_sweep(db, agent_config, capsys, settings):
+    from dashboard.processes import _say_configuration_problems
+
+    settings.AGENTFAST_SWEEP_SECONDS = 5
+    path = agent_config(REMINDERS)
+
+    _say_configuration_problems()
+
+    said = [line for line in capsys.readouterr().err.splitlines() if "remind_every" in line]
+    then = (
+        "every approver of each waiting call is reminded that often (at each of beat's sweeps, every 5 s, at the "
+        "most); write minutes or hours (30m, 4h) unless that is meant"
+    )
+    assert said == [
+        f"agentfast: warning: {path}: tool_overrides.refund_request: remind_every is 1 s: {then}",
+        f"agentfast: warning: {path}: tool_overrides.refund_request.rules.small: remind_every is 0.001 s: {then}",
+    ]
