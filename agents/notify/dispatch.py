@@ -125,9 +125,12 @@ def send(delivery_id: int, *, now: Any = None, force: bool = False) -> str:
             error = f"HTTP {status_code}"
     except Exception as exc:  # noqa: BLE001 — any failure of a receiver is one failed attempt
         status_code, ok, error = None, False, f"{type(exc).__name__}: {exc}"
+    final = not ok and _refused_for_good(delivery, status_code)
+    if final:
+        error += f" {SLACK_REFUSED}"
     duration_ms = int((time.monotonic() - started) * 1000)
     delivery = notify_services.delivery_record(
-        delivery=delivery, ok=ok, status_code=status_code, error=error, duration_ms=duration_ms, now=now
+        delivery=delivery, ok=ok, status_code=status_code, error=error, duration_ms=duration_ms, now=now, final=final
     )
     if delivery.status == Delivery.Status.PENDING and delivery.next_attempt_at is not None:
         _retry_later(delivery)
@@ -175,6 +178,19 @@ def _settled(delivery: Delivery) -> str:
     if settled == notify_services.GONE:
         return f"not sent: {settled}"
     return f"not sent: {settled} before this message went out"
+
+
+# Slack answers these for a message it will never take, however often sent: a webhook URL removed
+# or mistyped (404 no_service), an archived channel (410), blocks it refuses (400), a press's
+# response_url past its 30 minutes (404). 408, 429 and 5xx are passing, and retried.
+SLACK_REFUSED_FOR_GOOD = (400, 403, 404, 410)
+SLACK_REFUSED = "(Slack refuses this message for good: not tried again; fix the webhook URL or the channel)"
+
+
+def _refused_for_good(delivery: Delivery, status_code: int | None) -> bool:
+    """Return whether a Slack answer says no retry can deliver the message (a webhook's receiver may recover)."""
+    slack = delivery.kind in (Delivery.Kind.SLACK, Delivery.Kind.SLACK_RESPONSE)
+    return slack and status_code in SLACK_REFUSED_FOR_GOOD
 
 
 def _retry_later(delivery: Delivery) -> None:

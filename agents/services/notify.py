@@ -86,13 +86,21 @@ def delivery_keep_claim(*, delivery: Delivery) -> bool:
 
 
 def delivery_record(
-    *, delivery: Delivery, ok: bool, status_code: int | None, error: str, duration_ms: int, now: datetime | None = None
+    *,
+    delivery: Delivery,
+    ok: bool,
+    status_code: int | None,
+    error: str,
+    duration_ms: int,
+    now: datetime | None = None,
+    final: bool = False,
 ) -> Delivery:
     """Store an attempt; mark the delivery delivered, due again after its backoff, or failed for good.
 
     `delivery` is as delivery_claim returned it: its next_attempt_at is this attempt's claim. An
     attempt that outlived its claim (a slow mail server) may find another one under way or done:
     its success still delivers, but its failure only joins the log, never undoing the other's.
+    `final`: the receiver refused it in a way no retry changes: failed now, not after a day.
     """
     now = now or timezone.now()
     attempts = delivery.attempts + 1
@@ -101,7 +109,7 @@ def delivery_record(
         fields: dict[str, Any] = {"status": Delivery.Status.DELIVERED, "delivered_at": now, "next_attempt_at": None}
     else:
         mine = _still_claimed(delivery)
-        if attempts >= MAX_ATTEMPTS:
+        if attempts >= MAX_ATTEMPTS or final:
             fields = {"status": Delivery.Status.FAILED, "next_attempt_at": None}
         else:
             fields = {"next_attempt_at": now + timedelta(seconds=BACKOFF[attempts - 1])}

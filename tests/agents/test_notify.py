@@ -128,6 +128,18 @@ def test_it_retries_for_about_a_day_then_gives_up(db, webhook_to, receiver, djan
     assert notify_services.deliveries_due(now=now + timedelta(days=5)) == []
 
 
+def test_it_retries_a_webhook_whose_receiver_answers_404(db, webhook_to, receiver, django_capture_on_commit_callbacks):
+    # Unlike Slack's, a receiver's 404 may pass (a deploy under way, a route not yet added): retried.
+    receiver.answer = 404
+    webhook_to(receiver.start().url)
+    delivery = Delivery.objects.get(approval_id=_paused(django_capture_on_commit_callbacks).id)
+
+    assert dispatch.send(delivery.pk) == "pending"
+
+    delivery.refresh_from_db()
+    assert (delivery.attempts, delivery.last_error) == (1, "HTTP 404") and delivery.next_attempt_at is not None
+
+
 def test_it_stores_a_missing_secret_as_a_failed_attempt_and_still_pauses(
     db, receiver, agent_config, django_capture_on_commit_callbacks
 ):

@@ -94,6 +94,26 @@ def test_it_posts_a_message_with_approve_and_reject_buttons(approval, slack):
     ]
 
 
+@pytest.mark.parametrize(
+    ("answer", "status", "attempts"), [(404, "failed", 1), (410, "failed", 1), (503, "pending", 1)]
+)
+def test_it_gives_up_at_once_on_a_message_slack_refuses_for_good_and_retries_the_rest(
+    approval, slack, answer, status, attempts
+):
+    slack.answer = answer  # 404 no_service: a webhook URL removed or mistyped; 410: an archived channel
+    delivery = Delivery.objects.get(kind="slack")
+
+    assert dispatch.send(delivery.pk) == status
+
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == (status, attempts)
+    if status == "failed":
+        assert delivery.last_error.startswith(f"HTTP {answer} (Slack refuses this message for good: not tried again")
+        assert delivery.next_attempt_at is None
+    else:
+        assert delivery.last_error == f"HTTP {answer}" and delivery.next_attempt_at is not None  # passing: retried
+
+
 def test_it_decides_as_the_linked_reviewer_and_updates_the_message(approval, slack, django_capture_on_commit_callbacks):
     body = _body(approval.id, "approved", "UALICE1", slack.url)
     answer = _post(body, _signed(body), django_capture_on_commit_callbacks)

@@ -25,6 +25,7 @@ class Receiver:
 
     secret: str | None = None
     port: int = 0
+    answer: int | None = None  # the status every request gets (None: 204, or 400 for a bad signature)
     received: list[Received] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
@@ -46,7 +47,7 @@ class Receiver:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
                 headers = {key.lower(): value for key, value in self.headers.items()}
                 receiver.received.append(Received(headers, json.loads(raw), receiver._verify(raw, headers)))
-                self.send_response(204 if receiver.received[-1].verified else 400)
+                self.send_response(receiver.answer or (204 if receiver.received[-1].verified else 400))
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
