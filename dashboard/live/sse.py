@@ -382,8 +382,7 @@ class ApprovalFeed:
     ended = False
     _REMEMBERED = 10_000
 
-    def __init__(self, start: Cursor | int) -> None:
-        start = start if isinstance(start, Cursor) else Cursor(start)
+    def __init__(self, start: Cursor) -> None:
         self.upto = start.upto
         self._above: list[int] = list(start.also)  # ascending
         self._above_set = set(self._above)
@@ -406,8 +405,7 @@ class ApprovalFeed:
     def cursor(self) -> str:
         """The id of the frame sent last: the watermark and (the newest CURSOR_PKS of) the pks sent after it."""
         if self._cursor is None:
-            shown = self._above[-CURSOR_PKS:]
-            self._cursor = f"{self.upto}:{','.join(map(str, shown))}" if shown else str(self.upto)
+            self._cursor = str(Cursor(self.upto, tuple(self._above[-CURSOR_PKS:])))
         return self._cursor
 
     def seen(self, pk: int) -> bool:
@@ -875,7 +873,7 @@ async def run_stream(run_id: str, after: int, viewer: Viewer | None = None) -> A
             yield part
 
 
-async def approval_stream(after: Cursor | int | None, viewer: Viewer | None = None) -> AsyncIterator[str | bytes]:
+async def approval_stream(after: Cursor | None, viewer: Viewer | None = None) -> AsyncIterator[str | bytes]:
     """Yield the approval events of all runs the cursor `after` lacks (None: from now), then live ones, forever.
 
     1. Join this process's hubs (the approvals group, the viewer's access groups) before

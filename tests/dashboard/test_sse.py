@@ -247,7 +247,7 @@ async def test_it_feeds_every_approval_stream_from_one_subscription_and_one_enco
     token, _ = await in_thread(services.token_create, username="alice")
     viewer = sse.Viewer(user_id=alice.pk, token_id=token.pk)
     before = await in_thread(_subscribed)
-    streams = [sse.approval_stream(0, viewer) for _ in range(5)]
+    streams = [sse.approval_stream(sse.Cursor(0), viewer) for _ in range(5)]
     try:
         assert await _next(streams[0]) == sse.LIVE
         with_one = await in_thread(_subscribed)
@@ -283,7 +283,7 @@ async def test_it_takes_a_live_events_pk_from_the_message_without_a_read(
         raise AssertionError("the pk came with the message: no read")
 
     monkeypatch.setattr(sse, "_event_pk", no_read)
-    stream = sse.approval_stream(0, sse.Viewer(user_id=alice.pk))
+    stream = sse.approval_stream(sse.Cursor(0), sse.Viewer(user_id=alice.pk))
     try:
         assert await _next(stream) == sse.LIVE
         await in_thread(flows.start, REFUND)
@@ -336,7 +336,7 @@ async def test_it_sends_an_event_committed_during_the_replay_once(monkeypatch: p
         return read(pk)
 
     monkeypatch.setattr(sse, "_approval_events_after", pause_while_replaying)
-    stream = sse.approval_stream(0)
+    stream = sse.approval_stream(sse.Cursor(0))
     try:
         replayed = []
         while (chunk := await _next(stream)) != sse.LIVE:
@@ -369,8 +369,8 @@ async def _next_or_none(stream: AsyncIterator[str | bytes], timeout: float) -> s
 async def test_it_ends_the_approval_streams_of_a_revoked_token_and_no_others(alice: User, bob: User) -> None:
     token, secret = await in_thread(services.token_create, username="alice")
     other, _ = await in_thread(services.token_create, username="bob")
-    alices = [sse.approval_stream(0, sse.Viewer(user_id=alice.pk, token_id=token.pk)) for _ in range(2)]
-    bobs = sse.approval_stream(0, sse.Viewer(user_id=bob.pk, token_id=other.pk))
+    alices = [sse.approval_stream(sse.Cursor(0), sse.Viewer(user_id=alice.pk, token_id=token.pk)) for _ in range(2)]
+    bobs = sse.approval_stream(sse.Cursor(0), sse.Viewer(user_id=bob.pk, token_id=other.pk))
     try:
         for stream in [*alices, bobs]:
             assert await _next(stream) == sse.LIVE
@@ -389,7 +389,7 @@ async def test_it_ends_the_approval_streams_of_a_revoked_token_and_no_others(ali
 @pytest.mark.django_db(transaction=True)
 async def test_it_sends_heartbeats_on_a_quiet_approval_stream(monkeypatch: pytest.MonkeyPatch, alice: User) -> None:
     monkeypatch.setattr(sse, "HEARTBEAT_SECONDS", 0.2)
-    stream = sse.approval_stream(0, sse.Viewer(user_id=alice.pk))
+    stream = sse.approval_stream(sse.Cursor(0), sse.Viewer(user_id=alice.pk))
     try:
         assert await _next(stream) == sse.LIVE
         assert await _next(stream) == sse.HEARTBEAT
@@ -407,7 +407,7 @@ async def test_it_streams_approvals_from_the_table_when_the_channel_layer_is_dow
 
     monkeypatch.setattr(hub, "get_channel_layer", broken)
     monkeypatch.setattr(sse, "POLL_SECONDS", 0.05)
-    stream = sse.approval_stream(0)
+    stream = sse.approval_stream(sse.Cursor(0))
     try:
         assert await _next(stream) == sse.LIVE
         run = await in_thread(flows.start, REFUND)
