@@ -17,16 +17,9 @@ from agents import services
 from agents.models import Approval, AuditEntry, Run, SideEffect, Vote
 from agents.services.deadlines import toolcall_run_now
 from tests.support.flows import decide, pending, resume, start, tool_outputs
+from tests.support.policies import support_yaml
 
 REFUND = "Refund order A1001 for 25.00 USD"  # 2,500 cents
-CONFIG = """
-agents:
-  support:
-    model: demo
-    tools: [lookup_order, refund_request, send_email, ask_human]
-tool_overrides:
-  refund_request: {refund}
-"""
 FROZEN = {"name": "frozen", "when": "args.amount_cents > 2000", "action": "deny", "reason": "refunds are frozen"}
 ELSEWHERE = {"name": "huge", "when": "args.amount_cents > 100000", "action": "deny", "reason": "too large"}
 
@@ -36,7 +29,7 @@ def policy(agent_config: Callable[[str], Path], alice: User, bob: User) -> Calla
     """Write agentfast.yaml with refund_request's entry holding these keys (any reviewer decides by default)."""
 
     def configure(**keys: Any) -> Path:
-        return agent_config(CONFIG.format(refund=json.dumps({"risk": "high", **keys})))
+        return agent_config(support_yaml(**keys))
 
     return configure
 

@@ -7,7 +7,6 @@ against the policy as it stands, as an operator's edit would leave it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from agents.models import Approval
 from tests.browser.conftest import Viewer, wait_js, wait_live
 from tests.conftest import child_env
 from tests.support.flows import pending, start
+from tests.support.policies import support_yaml
 from tests.support.processes import Daphne
 
 pytestmark = pytest.mark.browser
@@ -38,22 +38,13 @@ FROZEN = {
     "action": "deny",
     "reason": "refunds of these orders are frozen",
 }
-POLICY = """
-agents:
-  support:
-    model: demo
-    tools: [lookup_order, refund_request, send_email, ask_human]
-tool_overrides:
-  refund_request: {refund}
-  send_email: {{risk: high, hitl_mode: defer}}
-"""
 FINANCE = {"name": "finance", "when": "args.order_id == 'A1002'", "action": "ask", "approvers": ["finance"]}
 PHONE = {"width": 390, "height": 844}
 DENIED = "the policy now denies this call (rule 'frozen'"
 
 
 def policy_text(*rules: dict[str, Any]) -> str:
-    return POLICY.format(refund=json.dumps({"risk": "high", "hitl_mode": "suspend", "rules": list(rules)}))
+    return support_yaml(rules=list(rules))
 
 
 @pytest.fixture(scope="module")
