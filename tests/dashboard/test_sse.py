@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -443,13 +444,24 @@ def test_the_horizon_settles_an_id_once_the_transactions_that_might_commit_below
 
 
 @pytest.mark.parametrize(
-    ("name", "value"), [("Last-Event-ID", "abc"), ("Last-Event-ID", "٣"), ("Last-Event-ID", "7:7"), ("after", "7:3")]
+    ("name", "value"),
+    [
+        ("Last-Event-ID", "abc"),
+        ("Last-Event-ID", "٣"),
+        ("Last-Event-ID", "7:7"),
+        ("after", "7:3"),
+        ("after", "\ud800"),
+        ("after", "7\x00"),
+        ("after", "NaN"),
+        ("after", "1:" + ",".join(map(str, range(2, 5_000)))),  # longer than any id the feed sends
+    ],
 )
 def test_the_approval_feed_refuses_an_id_it_never_sent(client: Client, alice: User, name: str, value: str) -> None:
     client.force_login(alice)
     headers = {"Accept": "text/event-stream"}
     if name == "after":
-        response = client.get("/api/events", {"after": value}, headers=headers)
+        # As a client's bytes arrive: a lone surrogate too (its UTF-8 form, %ED%A0%80).
+        response = client.get(f"/api/events?after={quote(value, safe='', errors='surrogatepass')}", headers=headers)
     else:
         response = client.get("/api/events", headers={**headers, name: value})
     assert response.status_code == 400
