@@ -135,6 +135,7 @@
 
   // GET …/events: follow a run this page does not drive; reconnect from the last seq.
   function watch(current) {
+    if (current.watching) current.watching.abort(); // one follower at a time
     current.replayed = false;
     var controller = current.controller();
     current.watching = controller;
@@ -219,7 +220,11 @@
     },
     approval_decided: function (data) {
       var approval = view.approvals[data.approval_id];
+      // Decided elsewhere while the developer was typing: the card closes, so what they typed is shown back.
+      // A decision of theirs on its way is left to its answer, which says whether it was the one recorded.
+      var typed = approval && approval.status === "pending" && !approval.sending ? typedOn(approval.card) : [];
       if (approval) decided(approval, data.decision, data.decided_by, data.note);
+      if (approval) unrecorded(approval.card, typed);
       if (approval && data.edited) showEdits(approval.card, data.approval_id);
       if (approval && approval.mode === "defer" && data.decision === "approved") view.deferred[approval.callId] = true;
       maybeResume();
@@ -237,6 +242,8 @@
       view.driving = false;
       setStatus(data.status);
       maybeResume();
+      // Still waiting on a decision: follow the run, so that one taken elsewhere shows (and resumes it) here.
+      if (!view.driving && view.status === "suspended") watch(view);
       followDeferred(view);
     },
     error: function (data) {
@@ -323,7 +330,9 @@
       return fail(card, "The edited arguments are not valid JSON: " + syntax.message, "arguments");
     }
     card.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
+    var approval = view.approvals[data.approval_id];
     var response;
+    approval.sending = true;
     try {
       response = await fetch("/api/approvals/" + encodeURIComponent(data.approval_id) + "/decide", {
         method: "POST",
@@ -332,12 +341,13 @@
         body: JSON.stringify(body),
       });
     } catch (unreachable) {  // offline, or the server went away: nothing was decided
+      approval.sending = false;
       card.querySelectorAll("button").forEach(function (b) { b.disabled = false; });
       return fail(card, "Your decision was not recorded: could not reach the server. Nothing changed; try again.");
     }
     var answer = await response.json().catch(function () { return { message: response.statusText }; });
+    approval.sending = false;
     card.querySelectorAll("button").forEach(function (b) { b.disabled = false; });
-    var approval = view.approvals[data.approval_id];
     if (response.ok) {
       decided(approval, answer.status, answer.decided_by, answer.note);
       if (body.arguments && approval) showEdits(approval.card, data.approval_id);
@@ -348,19 +358,27 @@
       return maybeResume();
     }
     if (answer.approval) {
+      var typed = typedOn(card);
       decided(approval, answer.approval.status, answer.approval.decided_by, answer.approval.note); // it stands
-      unrecorded(card, body);
+      unrecorded(card, typed);
       return maybeResume();
     }
     fail(card, answer.message, answer.field);
   }
 
-  // What the developer wrote with a decision that came too late: kept nowhere, so shown once, to copy.
-  function unrecorded(card, body) {
-    var typed = [["Your note", body.note], ["Your feedback", body.feedback]];
-    if (body.arguments) typed.push(["Your arguments", JSON.stringify(body.arguments)]);
-    var lines = typed.filter(function (item) { return item[1] && String(item[1]).trim(); });
-    if (!lines.length) return;
+  // What the developer has typed on a card, as [label, text]: the arguments only where they were changed.
+  function typedOn(card) {
+    var typed = [["Your note", card.querySelector(".pg-note").value], ["Your feedback", card.querySelector(".pg-feedback").value]];
+    if (!card.querySelector(".pg-answer-label").hidden) typed.push(["Your answer", card.querySelector(".pg-answer").value]);
+    var edited = card.querySelector(".pg-edit-args").value.trim();
+    if (edited !== card.querySelector(".pg-args").textContent) typed.push(["Your arguments", edited]);
+    return typed;
+  }
+
+  // What the developer typed on a card another decision closed: kept nowhere, so shown once, to copy.
+  function unrecorded(card, typed) {
+    var lines = typed.filter(function (item) { return item[1].trim(); });
+    if (!lines.length || card.querySelector(".pg-unrecorded")) return;
     var box = el("div", "pg-unrecorded");
     lines.forEach(function (item) { box.appendChild(el("p", "meta", item[0] + " (not recorded): " + item[1])); });
     card.querySelector(".pg-decided").after(box);

@@ -156,14 +156,39 @@ def test_it_shows_back_what_was_typed_when_someone_else_decided_first(
 ) -> None:
     seen, card = _paused_on_a_card(viewer)
     expect(seen.page.locator("#pg-status")).to_have_text("suspended")
-    decide(Approval.objects.get(), "approved", by="bob", auto_resume=False)  # from the inbox, meanwhile
+    # bob decides from the inbox just as alice's rejection is on its way.
+    seen.page.route("**/decide", lambda route: (_bob_approves(), route.continue_()))
 
     card.locator(".pg-note").fill("the customer cancelled the order")
     card.locator(".pg-reject").click()
 
     expect(card.locator(".pg-decided")).to_contain_text("Approved by bob")
     expect(card.locator(".pg-unrecorded")).to_contain_text("Your note (not recorded): the customer cancelled the order")
+    assert Approval.objects.get().decided_by == "bob"
     assert seen.errors == []
+
+
+def test_it_shows_back_what_was_typed_on_a_card_decided_elsewhere(
+    viewer: Callable[..., Viewer], alice: User, bob: User
+) -> None:
+    seen, card = _paused_on_a_card(viewer)
+    card.locator(".pg-note").fill("half a thought about the refund")
+    card.locator(".pg-edit summary").click()
+    card.locator(".pg-edit-args").fill('{"order_id": "A1001", "amount_cents": 100}')
+
+    _bob_approves()
+
+    expect(card.locator(".pg-decided")).to_contain_text("Approved by bob")
+    expect(card.locator(".pg-decide")).to_be_hidden()
+    unrecorded = card.locator(".pg-unrecorded")
+    expect(unrecorded).to_contain_text("Your note (not recorded): half a thought about the refund")
+    expect(unrecorded).to_contain_text('Your arguments (not recorded): {"order_id": "A1001", "amount_cents": 100}')
+    expect(unrecorded).not_to_contain_text("Your feedback")
+    assert seen.errors == []
+
+
+def _bob_approves() -> None:
+    decide(Approval.objects.get(), "approved", by="bob", auto_resume=False)
 
 
 def _paused_on_a_card(viewer: Callable[..., Viewer]) -> tuple[Viewer, Locator]:
