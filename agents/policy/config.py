@@ -416,7 +416,8 @@ class Policy:
             return self.agents[name]
         except KeyError:
             known = ", ".join(sorted(self.agents)) or "none"
-            raise ConfigError(f"unknown agent {name!r} (configured in {self.path}: {known})") from None
+            # The file's name, not its path: the message reaches API callers, who have no business with the server's folders.
+            raise ConfigError(f"unknown agent {name!r} ({self.path.name} configures: {known})") from None
 
 
 _cache: dict[tuple[str, float], Policy] = {}

@@ -86,6 +86,9 @@ def test_it_refuses_an_unknown_agent_naming_the_field(api: Api) -> None:
     assert response.status_code == 400
     assert response.json()["error_code"] == "invalid"
     assert response.json()["field"] == "agent"
+    message = response.json()["message"]
+    assert message.startswith("unknown agent 'nobody' (") and "support" in message
+    assert "/" not in message  # the server's folders are its own
     assert not Run.objects.exists()
 
 
