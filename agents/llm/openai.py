@@ -48,17 +48,21 @@ class OpenAIModel:
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             body["tools"] = tools
+        if on_delta is not None:
+            body["stream"] = True
         try:
-            if on_delta is None:
-                return _from_completion(self.client.post(_PATH, body=body, cast_to=object))
-            chunks = self.client.post(
-                _PATH, body={**body, "stream": True}, cast_to=object, stream=True, stream_cls=_Stream[object]
-            )
-            return _from_chunks(chunks, on_delta)
+            # Read as a stream either way, a whole JSON answer as one event, so that
+            # OPENAI_TURN_TIMEOUT and MAX_ANSWER_CHARS bound it while it comes: the SDK's own read
+            # of a turn asked for whole (drive(stream=False)) bounds each read only, and a server
+            # trickling a byte a second held its thread for ever.
+            reader = _Stream[object] if on_delta is not None else _Answer[object]
+            chunks = self.client.post(_PATH, body=body, cast_to=object, stream=True, stream_cls=reader)
+            return _from_chunks(chunks, on_delta or _unheard)
         except ValueError as exc:
             # The SDK parses each streamed event (and a body it is told is JSON) as JSON and lets
             # the JSONDecodeError out: a proxy's page inside a stream is the endpoint's fault.
-            raise ModelError(f"{self.name}: the endpoint sent something that is not JSON ({exc})") from exc
+            sent = f": {exc.doc[:200]!r}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise ModelError(f"{self.name}: the endpoint sent something that is not JSON ({exc}){sent}") from exc
         except (openai.OpenAIError, ModelError) as exc:
             # Name the model in every failure: it becomes the run's error a person reads.
             raise ModelError(f"{self.name}: {exc}") from exc
@@ -76,19 +80,41 @@ class _Stream(openai.Stream[_T]):
     lease that thread kept renewing, for ever.
     """
 
+    whole = False  # the body is one whole answer, read as the stream's one event
+
     def _iter_events(self) -> Iterator[Any]:
-        # Every piece of the body passes the deadline check, comments included (the SSE
-        # decoder never yields those): the SDK's own reader, its errors mapped as before.
-        iter_bytes = _within_deadline(self.response.iter_bytes)
-        if _content_type(self.response) == "application/json":
-            iter_bytes = _as_one_event(iter_bytes)
-        self.response.iter_bytes = iter_bytes  # type: ignore[method-assign]
-        events = super()._iter_events()
-        for event in events:
-            if event.data.startswith("[DONE]"):
-                for _ in events:
-                    pass
-            yield event
+        return _bounded_events(self, whole=_content_type(self.response) == "application/json")
+
+
+# Not a subclass of _Stream: the SDK finds a stream's chunk type among its class's direct bases.
+class _Answer(openai.Stream[_T]):
+    """A turn asked for whole (no `stream`): any body but an event stream is the one answer, read within the same bounds."""
+
+    whole = False
+
+    def _iter_events(self) -> Iterator[Any]:
+        return _bounded_events(self, whole=_content_type(self.response) != "text/event-stream")
+
+
+def _bounded_events(stream: _Stream[Any] | _Answer[Any], *, whole: bool) -> Iterator[Any]:
+    """Return the SDK's events of a stream, its body read within the bounds, to its end; `whole`: as one event."""
+    # Every piece of the body passes the deadline check, comments included (the SSE
+    # decoder never yields those): the SDK's own reader, its errors mapped as before.
+    stream.whole = whole
+    iter_bytes = _within_deadline(stream.response.iter_bytes)
+    if whole:
+        iter_bytes = _as_one_event(iter_bytes)
+    stream.response.iter_bytes = iter_bytes  # type: ignore[method-assign]
+    events = openai.Stream._iter_events(stream)
+    for event in events:
+        if event.data.startswith("[DONE]"):
+            for _ in events:
+                pass
+        yield event
+
+
+def _unheard(text: str) -> None:
+    """Take the text of a turn nobody follows as it comes."""
 
 
 def _within_deadline(iter_bytes: Any) -> Any:
@@ -145,40 +171,32 @@ def _client(base_url: str | None, api_key: str, timeout: float, max_retries: int
 # (the run fails, saying why) or, inside a tool call, text the driver refuses to the model.
 
 
-def _from_completion(body: object) -> AssistantTurn:
-    choice = _first_choice(body)
-    if choice is None:
-        # A body that is not JSON (a proxy's error page) comes back from the SDK as a str.
-        raise ModelError(f"the endpoint returned no choices: {str(body)[:200]!r}")
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise ModelError(f"the endpoint's choice has no message: {str(choice)[:200]!r}")
-    _require_whole(choice.get("finish_reason"))
-    proposed = _dicts(message.get("tool_calls"))
-    _require_few_calls(len(proposed))
-    calls = [_proposed(call) for call in proposed]
-    content = _said(message)
-    _require_bounded(len(content) + sum(len(call.name) + len(call.arguments) for call in calls))
-    return AssistantTurn(content=content, tool_calls=calls)
-
-
 def _from_chunks(chunks: Iterable[object], on_delta: DeltaSink) -> AssistantTurn:
-    """Join streamed chunks: text deltas go to on_delta, tool-call fragments by index."""
+    """Join streamed chunks: text deltas go to on_delta, tool-call fragments by index.
+
+    A whole chat.completion (asked for, or sent by a server that does not stream) is the one
+    chunk, its choice carrying a `message`: whole once it could be read, finish_reason or not.
+    """
     text: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     finished = False
     size = 0
     for chunk in chunks:
         choice = _first_choice(chunk)
-        if choice is None:  # the last chunk may carry usage alone
-            continue
+        if choice is None:
+            if getattr(chunks, "whole", False):
+                raise ModelError(f"the endpoint returned no choices: {str(chunk)[:200]!r}")
+            continue  # the last chunk of a stream may carry usage alone
         if choice.get("finish_reason") is not None:
             _require_whole(choice["finish_reason"])
             finished = True
-        # A whole chat.completion read as the stream's one chunk (_as_one_event) has a message.
         delta = choice.get("delta") if "delta" in choice else choice.get("message")
         if not isinstance(delta, dict):
+            if getattr(chunks, "whole", False):
+                raise ModelError(f"the endpoint's choice has no message: {str(choice)[:200]!r}")
             continue
+        if "delta" not in choice:
+            finished = True  # a whole chat.completion's message
         piece = _said(delta)
         if piece:
             text.append(piece)

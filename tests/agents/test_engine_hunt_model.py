@@ -153,9 +153,56 @@ def test_it_gives_up_on_a_stream_that_would_fill_the_workers_memory(settings: An
         assert sum(sent) < 64 * 1024 * 1024  # stopped early, not at the deadline
 
 
-@pytest.fixture
-def support_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Raw]:
+def _trickling_json(handler: BaseHTTPRequestHandler, stop: threading.Event) -> None:
+    """Answer with a JSON body that never ends: a space every tenth of a second, each read well within OPENAI_TIMEOUT."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    _part(handler, b'{"choices": ')
+    while not stop.is_set():
+        _part(handler, b" ")
+        time.sleep(0.1)
+
+
+def test_it_gives_up_on_a_whole_answer_that_trickles_in_for_ever(settings: Any) -> None:
+    settings.OPENAI_TURN_TIMEOUT = 1.5
+
+    with _Raw(lambda handler: _trickling_json(handler, server.stop_event)) as server:
+        started = time.monotonic()
+        with pytest.raises(ModelError, match="openai:test-model: .*OPENAI_TURN_TIMEOUT"):
+            OpenAIModel("test-model", base_url=server.base_url).complete(USER, [])
+        assert time.monotonic() - started < 6
+
+
+def test_it_gives_up_on_a_whole_answer_that_would_fill_the_workers_memory(settings: Any) -> None:
+    settings.OPENAI_TURN_TIMEOUT = 60
+    sent = []
+
+    def flood(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        _part(handler, b'{"choices": [{"message": {"content": "')
+        piece = b"x" * 65536
+        while not server.stop_event.is_set():
+            _part(handler, piece)
+            sent.append(len(piece))
+
+    with _Raw(flood) as server:
+        with pytest.raises(ModelError, match="openai:test-model.*characters"):
+            OpenAIModel("test-model", base_url=server.base_url).complete(USER, [])
+        assert sum(sent) < 64 * 1024 * 1024  # stopped early, not at the deadline
+
+
+@pytest.fixture(params=["stream", "whole"])
+def support_agent(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Raw]:
+    """An agent whose model never finishes its answer: a stream that goes on, or a JSON body that trickles in."""
+
     def endless(handler: BaseHTTPRequestHandler) -> None:
+        if request.param == "whole":
+            return _trickling_json(handler, server.stop_event)
         _sse_headers(handler)
         while not server.stop_event.is_set():
             _part(handler, _chunk({"content": "thinking "}))

@@ -187,7 +187,9 @@ def test_it_raises_model_error_when_the_endpoint_answers_with_a_web_page(fake_op
     # A proxy in front of the model answering 200 with HTML: nonsense, which is a ModelError.
     fake_openai.script(lambda body: Reply(raw_body="<html><body>Bad gateway</body></html>"))
 
-    with pytest.raises(ModelError, match=r"openai:test-model: the endpoint returned no choices.*Bad gateway"):
+    with pytest.raises(
+        ModelError, match=r"openai:test-model: the endpoint sent something that is not JSON .*Bad gateway"
+    ):
         _model(fake_openai).complete(USER, [])
     with pytest.raises(ModelError, match="openai:test-model"):
         _model(fake_openai).complete(USER, [], on_delta=lambda text: None)
