@@ -27,6 +27,7 @@ from agents.services.errors import (
     NotFound,
     NotPermitted,
     ServiceError,
+    Unavailable,
     WrongState,
 )
 from agents.services.grants import Remember, grant_create, grant_match, grant_revoke, grant_use, parse_duration
@@ -67,6 +68,7 @@ __all__ = [
     "PlannedCall",
     "Remember",
     "ServiceError",
+    "Unavailable",
     "WrongState",
     "approval_deadline_fire",
     "approval_deadlines_due",

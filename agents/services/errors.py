@@ -46,6 +46,12 @@ class NotPermitted(ServiceError):
     code = "not_permitted"
 
 
+class Unavailable(ServiceError):
+    """The server cannot do this until its operator fixes something of its own (an unreadable agentfast.yaml)."""
+
+    code = "unavailable"
+
+
 class DigestMismatch(ServiceError):
     """The arguments changed since the reviewer saw them; `arguments_digest` says what they are now."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -13,13 +14,15 @@ from django.utils import timezone
 
 from agents import events, ids, queue, sql, text
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
-from agents.policy import ConfigError, agent_for
+from agents.policy import ConfigError, agent_from_config, get_policy
 from agents.services import eligibility
-from agents.services.errors import InvalidInput, LeaseLost, NotFound, NotPermitted, WrongState
+from agents.services.errors import InvalidInput, LeaseLost, NotFound, NotPermitted, Unavailable, WrongState
 from agents.sql.chain import Chain, ChainResult
 
 if TYPE_CHECKING:
     from agents.services.approvals import Attempt
+
+logger = logging.getLogger(__name__)
 
 MAX_INPUT_CHARS = 100_000
 
@@ -51,10 +54,7 @@ def run_create(
     (api, cli, playground). With `agent_config` the run carries its own agent definition (validated like an
     agentfast.yaml entry) instead of naming a configured one.
     """
-    try:
-        agent_for(agent, agent_config)
-    except ConfigError as exc:
-        raise InvalidInput(str(exc), field="agent_config" if agent_config is not None else "agent") from None
+    _require_agent(agent, agent_config)
     _require_clean(input, field="input")
     _require_clean(agent_config, field="agent_config")
     if not input.strip():
@@ -81,6 +81,31 @@ def run_create(
     if enqueue:
         queue.start_on_commit(run.id)
     return run
+
+
+def _require_agent(name: str, config: dict[str, Any] | None) -> None:
+    """Refuse an agent the file does not configure, or a run's own definition that is not valid.
+
+    A file that cannot be read is the server's fault, not the caller's: Unavailable, its
+    problem (which names the server's path to it) logged for the operator.
+    """
+    if config is not None:
+        try:
+            agent_from_config(name, config)
+        except ConfigError as exc:
+            raise InvalidInput(str(exc), field="agent_config") from None
+        return
+    try:
+        policy = get_policy()
+    except ConfigError as exc:
+        logger.error("a run of %r was refused: %s", name, exc)
+        raise Unavailable(
+            "the server's agentfast.yaml cannot be read, so no run can start; the server log says why"
+        ) from None
+    try:
+        policy.agent(name)
+    except ConfigError as exc:
+        raise InvalidInput(str(exc), field="agent") from None
 
 
 def run_lease(*, run_id: str, owner: str, ttl: float | None = None) -> Run | None:

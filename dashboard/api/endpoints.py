@@ -186,7 +186,7 @@ class NotPermitted(ApiError):
 # -- runs --------------------------------------------------------------------------------
 
 
-@api.post("/runs", response={201: schemas.RunDetail, **_WRITE_ERRORS}, tags=["runs"])
+@api.post("/runs", response={201: schemas.RunDetail, **_WRITE_ERRORS, 503: ErrorOut}, tags=["runs"])
 def run_create(request: HttpRequest, body: RunCreateIn) -> Status[schemas.RunDetail]:
     """Start a run of an agent; a worker drives it."""
     run = services.run_create(
@@ -406,6 +406,7 @@ _SERVICE_STATUS = {
     services.LeaseLost: 409,
     services.NotPermitted: 403,
     services.DigestMismatch: 409,
+    services.Unavailable: 503,
 }
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -89,6 +91,21 @@ def test_it_refuses_an_unknown_agent_naming_the_field(api: Api) -> None:
     message = response.json()["message"]
     assert message.startswith("unknown agent 'nobody' (") and "support" in message
     assert "/" not in message  # the server's folders are its own
+    assert not Run.objects.exists()
+
+
+def test_it_says_the_server_cannot_start_a_run_while_its_config_file_cannot_be_read(
+    api: Api, agent_config: Callable[[str], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    path = agent_config("agents: [unclosed\n")
+
+    response = api.post("/api/runs", {"agent": "support", "input": REFUND})
+
+    assert response.status_code == 503  # the server's fault, not the request's
+    body = response.json()
+    assert body["error_code"] == "unavailable" and "agentfast.yaml cannot be read" in body["message"]
+    assert str(path) not in body["message"] and "field" not in body
+    assert str(path) in caplog.text and "not valid YAML" in caplog.text  # the operator reads why
     assert not Run.objects.exists()
 
 
