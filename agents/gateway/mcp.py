@@ -15,16 +15,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shlex
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import httpx
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.utils import timezone
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -32,7 +34,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import McpError
 
-from agents import text
+from agents import events, text
 from agents.gateway import ids as gateway_ids
 from agents.gateway import services as gateway
 from agents.gateway.selectors import account_may_gate, approval_state
@@ -42,6 +44,7 @@ from agents.policy.rules import CallFacts, evaluate
 from agents.services.errors import InvalidInput, ServiceError
 from agents.services.grants import grant_match
 
+logger = logging.getLogger(__name__)
 Progress = Callable[[float, str], Awaitable[None]]
 PENDING = "APPROVAL_PENDING"
 ACCOUNT_ENDED = "account_ended"  # a wait's status: the proxy's account may no longer gate
@@ -100,7 +103,7 @@ class Gateway:
         except ServiceError as exc:
             return _error(exc.message)
         if answer.decision == "pending":
-            status, note = await self._wait(answer.approval_id, progress)
+            status, note = await self._wait(answer.approval_id, answer.run_id, progress)
             if status == ACCOUNT_ENDED:
                 return self._account_ended()
             if status == "pending":
@@ -161,21 +164,22 @@ class Gateway:
             "removed): nothing was forwarded"
         )
 
-    async def _wait(self, approval_id: str, progress: Progress | None) -> tuple[str, str]:
+    async def _wait(self, approval_id: str, run_id: str, progress: Progress | None) -> tuple[str, str]:
         """Wait for a decision up to the limit, telling the client it waits; return (status, note).
 
         The status is ACCOUNT_ENDED once the account may no longer gate: as the HTTP gate's
         wait ends when its token stops working, an approval given after that runs nothing.
         """
-        waited = 0.0
-        while True:
-            status, note = await sync_to_async(_decision)(self.options.owner, approval_id)
-            if status != "pending" or waited >= self.options.wait_seconds:
-                return status, note
-            if progress is not None:
-                await progress(waited, f"waiting for a reviewer to decide {approval_id}")
-            await anyio.sleep(self.options.poll_seconds)
-            waited += self.options.poll_seconds
+        started = anyio.current_time()
+        async with _Wakeup(events.run_group(run_id)) as wakeup:
+            while True:
+                status, note = await sync_to_async(_decision)(self.options.owner, approval_id)
+                waited = anyio.current_time() - started
+                if status != "pending" or waited >= self.options.wait_seconds:
+                    return status, note
+                if progress is not None:
+                    await progress(waited, f"waiting for a reviewer to decide {approval_id}")
+                await wakeup.wait(min(self.options.poll_seconds, self.options.wait_seconds - waited))
 
     async def _run(self, tool: types.Tool, approval_id: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """Claim the call; forward it once and store its result, or answer the stored result."""
@@ -207,6 +211,52 @@ class Gateway:
         with contextlib.suppress(ServiceError):
             await report(owner=owner, approval_id=approval_id, ok=not result.isError, result=payload, error=error)
         return result
+
+
+class _Wakeup:
+    """A wait on a run's events: any message of its group cuts the current wait short.
+
+    The table stays the truth, read after each wait: a decision's event (published by whichever
+    process decided) only says when to read it, so a reviewer's approval is forwarded at once
+    rather than at the next poll. Without the channel layer (Redis out of reach), waits run to
+    their end, as polls.
+    """
+
+    SETUP_SECONDS = 2.0
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        self.layer: Any = None
+        self.channel = ""
+
+    async def __aenter__(self) -> Self:
+        try:
+            with anyio.fail_after(self.SETUP_SECONDS):
+                layer = get_channel_layer()
+                channel = await layer.new_channel()
+                await layer.group_add(self.group, channel)
+            self.layer, self.channel = layer, channel
+        except Exception as exc:  # noqa: BLE001 — any transport failure: polls alone
+            logger.warning("waiting for decisions by polling alone (no channel layer: %s)", exc)
+        return self
+
+    async def wait(self, seconds: float) -> None:
+        """Return after `seconds`, or sooner when a message of the group arrives."""
+        with anyio.move_on_after(seconds):
+            if self.layer is None:
+                await anyio.sleep(seconds)
+                return
+            try:
+                await self.layer.receive(self.channel)
+            except Exception as exc:  # noqa: BLE001 — the layer went away: polls alone from now on
+                logger.warning("waiting for decisions by polling alone (channel layer lost: %s)", exc)
+                self.layer = None
+                await anyio.sleep(seconds)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.layer is not None:
+            with contextlib.suppress(Exception), anyio.move_on_after(self.SETUP_SECONDS):
+                await self.layer.group_discard(self.group, self.channel)
 
 
 def _decision(owner: str, approval_id: str) -> tuple[str, str]:
