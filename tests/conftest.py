@@ -58,7 +58,8 @@ def _empty_tables_by_delete() -> Iterator[None]:
 
     TRUNCATE gives each of the ~40 tables (and its indexes) new files: about 0.15 s after each
     such test, where DELETE of their few rows takes milliseconds. The foreign keys Django
-    creates are deferred to the flush's commit, so the order of the tables does not matter.
+    creates are deferred to the flush's commit (one transaction), so the order of the tables
+    does not matter.
     A test asking for its sequences reset still gets TRUNCATE … RESTART IDENTITY.
     """
     from django.db.backends.postgresql.operations import DatabaseOperations
@@ -70,7 +71,10 @@ def _empty_tables_by_delete() -> Iterator[None]:
     ) -> list[str]:
         if reset_sequences:
             return truncate(self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
-        return [f"DELETE FROM {self.quote_name(table)};" for table in tables]
+        names = [self.quote_name(table) for table in tables]
+        # Locked first, as TRUNCATE locks them: row by row, a DELETE deadlocked with a server
+        # process of the test still updating a run, and the flush failed, leaving the rows.
+        return [f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE;", *(f"DELETE FROM {name};" for name in names)]
 
     DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
     yield
