@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class Delivery(models.Model):
@@ -30,6 +31,9 @@ class Delivery(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # While an attempt is under way, when its claim runs out (renewed as it runs); None between attempts.
+    # next_attempt_at holds the same instant then, but also a failed attempt's backoff: only this tells them apart.
+    sending_until = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -40,6 +44,15 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.event_type} → {self.target} ({self.status})"
+
+    @property
+    def sending(self) -> bool:
+        """Return whether an attempt holds it now: another started beside it would send a second copy."""
+        return (
+            self.status == self.Status.PENDING
+            and self.sending_until is not None
+            and self.sending_until > timezone.now()
+        )
 
     @property
     def webhook_id(self) -> str:

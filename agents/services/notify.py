@@ -68,7 +68,8 @@ def delivery_claim(*, delivery_id: int, now: datetime | None = None, force: bool
     due = Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.PENDING)
     if not force:
         due = due.filter(next_attempt_at__lte=now)
-    if not due.update(next_attempt_at=now + timedelta(seconds=CLAIM_SECONDS)):
+    until = now + timedelta(seconds=CLAIM_SECONDS)
+    if not due.update(next_attempt_at=until, sending_until=until):
         return None
     return Delivery.objects.get(pk=delivery_id)
 
@@ -79,9 +80,9 @@ def delivery_keep_claim(*, delivery: Delivery) -> bool:
     `delivery` is as delivery_claim returned it; its next_attempt_at becomes the renewed claim.
     """
     until = timezone.now() + timedelta(seconds=CLAIM_SECONDS)
-    if not _still_claimed(delivery).update(next_attempt_at=until):
+    if not _still_claimed(delivery).update(next_attempt_at=until, sending_until=until):
         return False
-    delivery.next_attempt_at = until
+    delivery.next_attempt_at = delivery.sending_until = until
     return True
 
 
@@ -113,7 +114,7 @@ def delivery_record(
             fields = {"status": Delivery.Status.FAILED, "next_attempt_at": None}
         else:
             fields = {"next_attempt_at": now + timedelta(seconds=BACKOFF[attempts - 1])}
-    fields.update(attempts=F("attempts") + 1, last_error="" if ok else text.repair(error)[:2000])
+    fields.update(sending_until=None, attempts=F("attempts") + 1, last_error="" if ok else text.repair(error)[:2000])
     with transaction.atomic():
         DeliveryAttempt.objects.create(
             delivery=delivery, status_code=status_code, error=text.repair(error)[:2000], duration_ms=duration_ms
@@ -126,7 +127,10 @@ def delivery_record(
 def delivery_supersede(*, delivery: Delivery, reason: str) -> Delivery:
     """Give up a claimed delivery unsent because what it asks is settled; its claim must still be current."""
     _still_claimed(delivery).update(
-        status=Delivery.Status.SUPERSEDED, next_attempt_at=None, last_error=text.repair(reason)[:2000]
+        status=Delivery.Status.SUPERSEDED,
+        next_attempt_at=None,
+        sending_until=None,
+        last_error=text.repair(reason)[:2000],
     )
     delivery.refresh_from_db()
     return delivery
@@ -143,7 +147,8 @@ def delivery_redeliver(*, delivery_id: int, attempt: Attempt) -> Delivery:
     """Send a delivery again now, with the same webhook-id, whatever happened to it; audited.
 
     Refused (WrongState) for a person's message asking to decide a call that no longer waits:
-    sent again, it would only be superseded at once (see deliveries_settled).
+    sent again, it would only be superseded at once (see deliveries_settled); and while an
+    attempt is under way: a second one started beside it would send a second copy.
     """
     from agents.notify.tasks import deliver  # the tasks call these services
 
@@ -153,6 +158,8 @@ def delivery_redeliver(*, delivery_id: int, attempt: Attempt) -> Delivery:
             raise NotFound(f"no delivery {delivery_id}")
         if delivery_id in (settled := deliveries_settled([delivery])):
             raise WrongState(redeliver_refusal(delivery, settled[delivery_id]), delivery=delivery_id)
+        if delivery.sending:
+            raise WrongState(SENDING_REFUSAL, delivery=delivery_id)
         Delivery.objects.filter(pk=delivery_id).update(
             status=Delivery.Status.PENDING, next_attempt_at=timezone.now(), attempts=0
         )
@@ -171,6 +178,9 @@ def delivery_redeliver(*, delivery_id: int, attempt: Attempt) -> Delivery:
         deliver.delay_on_commit(delivery_id)
     delivery.refresh_from_db()
     return delivery
+
+
+SENDING_REFUSAL = "it is being sent right now; Redeliver once that attempt has ended, if it failed"
 
 
 def deliveries_settled(deliveries: Iterable[Delivery]) -> dict[int, str]:

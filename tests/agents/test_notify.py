@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import signal
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from agents.notify import dispatch
 from agents.notify.models import Delivery
 from agents.policy.config import ConfigError, get_policy
 from agents.services import notify as notify_services
+from tests.conftest import wait_for
 from tests.support.flows import decide, pending, start
 from tests.support.receiver import Receiver
 
@@ -210,6 +213,50 @@ def test_it_redelivers_with_the_same_id_and_audits_it(
     assert receiver.ids() == [f"msg_{delivery.pk}"] * 2
     entry = AuditEntry.objects.get(action="redeliver")
     assert entry.actor == "carol" and entry.detail["delivery"] == delivery.pk
+
+
+def test_it_refuses_to_redeliver_while_an_attempt_is_under_way_so_no_second_copy_goes_out(
+    transactional_db, receiver, webhook_to, django_capture_on_commit_callbacks
+):
+    receiver.hold = threading.Event()  # the receiver takes its time: the attempt stays under way
+    webhook_to(receiver.start().url)
+    delivery = Delivery.objects.get(approval_id=_paused(django_capture_on_commit_callbacks).id)
+    attempt = services.Attempt(actor="carol", source=AuditEntry.Source.WEB)
+    with ThreadPoolExecutor(1) as worker:
+        sending = worker.submit(dispatch.send, delivery.pk)
+        wait_for(lambda: receiver.received, what="the attempt to reach the receiver")
+
+        with pytest.raises(services.WrongState) as refused:
+            notify_services.delivery_redeliver(delivery_id=delivery.pk, attempt=attempt)
+        assert refused.value.message == notify_services.SENDING_REFUSAL
+        assert dispatch.send(delivery.pk) == "skipped"  # what the enqueued redelivery would have met, claimed
+
+        receiver.hold.set()
+        assert sending.result(timeout=10) == "delivered"
+    assert not Delivery.objects.get(pk=delivery.pk).sending
+    assert not AuditEntry.objects.filter(action="redeliver").exists()
+
+    # Once the attempt has ended, Redeliver sends it again.
+    with django_capture_on_commit_callbacks(execute=True):
+        notify_services.delivery_redeliver(delivery_id=delivery.pk, attempt=attempt)
+    assert dispatch.send(delivery.pk) == "delivered"
+    assert receiver.ids() == [f"msg_{delivery.pk}"] * 2
+
+
+def test_it_redelivers_a_delivery_whose_attempt_died_with_its_worker(
+    db, webhook_to, receiver, django_capture_on_commit_callbacks
+):
+    webhook_to(receiver.start().url)
+    delivery = Delivery.objects.get(approval_id=_paused(django_capture_on_commit_callbacks).id)
+    long_ago = timezone.now() - timedelta(seconds=notify_services.CLAIM_SECONDS + 1)
+    assert notify_services.delivery_claim(delivery_id=delivery.pk, now=long_ago, force=True)  # never renewed since
+    assert not Delivery.objects.get(pk=delivery.pk).sending
+
+    notify_services.delivery_redeliver(
+        delivery_id=delivery.pk, attempt=services.Attempt(actor="carol", source=AuditEntry.Source.CLI)
+    )
+    assert dispatch.send(delivery.pk) == "delivered"
+    assert receiver.ids() == [f"msg_{delivery.pk}"]
 
 
 def test_it_refuses_notification_entries_it_does_not_understand(agent_config):

@@ -196,3 +196,22 @@ def test_it_still_redelivers_a_failed_mail_while_its_call_waits_and_the_decision
     assert client_for(carol).post(f"/deliveries/{told.pk}/redeliver").status_code == 302
     assert dispatch.send(told.pk) == "delivered"
     assert len(mail.outbox) == 3
+
+
+def test_it_offers_no_redeliver_while_a_worker_is_sending_it_and_refuses_one(client_for, carol, failed_once):
+    claimed = notify_services.delivery_claim(delivery_id=failed_once.pk, force=True)  # a worker's attempt, under way
+    assert claimed is not None
+
+    row = _row(client_for(carol).get("/deliveries"), failed_once)
+    assert "sending now" in row and "No redeliver while it is being sent." in row
+    assert "Redeliver</button>" not in row
+
+    answer = client_for(carol).post(f"/deliveries/{failed_once.pk}/redeliver")
+    assert answer.status_code == 409
+    assert f"Delivery {failed_once.pk} not redelivered: {notify_services.SENDING_REFUSAL}" in answer.content.decode()
+    after = Delivery.objects.get(pk=failed_once.pk)
+    assert (after.next_attempt_at, after.attempts) == (claimed.next_attempt_at, claimed.attempts)  # left to the worker
+    assert not AuditEntry.objects.filter(action="redeliver").exists()
+
+    notify_services.delivery_record(delivery=claimed, ok=False, status_code=503, error="HTTP 503", duration_ms=3)
+    assert "Redeliver</button>" in _row(client_for(carol).get("/deliveries"), failed_once)

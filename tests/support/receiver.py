@@ -26,6 +26,7 @@ class Receiver:
     secret: str | None = None
     port: int = 0
     answer: int | None = None  # the status every request gets (None: 204, or 400 for a bad signature)
+    hold: threading.Event | None = None  # a slow receiver: each request is answered once this is set (10 s at most)
     received: list[Received] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
@@ -47,6 +48,8 @@ class Receiver:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
                 headers = {key.lower(): value for key, value in self.headers.items()}
                 receiver.received.append(Received(headers, json.loads(raw), receiver._verify(raw, headers)))
+                if receiver.hold is not None:
+                    receiver.hold.wait(10)
                 self.send_response(receiver.answer or (204 if receiver.received[-1].verified else 400))
                 self.end_headers()
 
