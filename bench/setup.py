@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from dashboard import processes as embedded_redis
-from tests.support.processes import Daphne, ServerProcess, Worker
+from tests.support.processes import CliServe, Daphne, ServerProcess, Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR_DIR = ROOT / "var" / "bench"
@@ -244,14 +244,6 @@ class CliWorker(Worker):
         from dashboard.celery import app  # Django is set up by the time a worker starts
 
         return bool(app.control.ping(destination=[self.node], timeout=0.5))
-
-
-class CliServe(Daphne):
-    """`agentfast serve` (daphne with the command's thread pool) on a free port."""
-
-    def __init__(self, *, log: Path, env: dict[str, str]) -> None:
-        super().__init__(log=log, env=env)
-        self.args = [sys.executable, "-m", "dashboard.cli", "serve", "--port", str(self.port)]
 
 
 def start_cli_worker(log_path: Path, *, name: str, extra: tuple[str, ...] = (), **env: str) -> Worker:

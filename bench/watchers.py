@@ -32,7 +32,6 @@ import json
 import math
 import os
 import re
-import resource
 import statistics
 import sys
 import time
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import setup
+from dashboard.processes import raise_open_files_limit
 from tests.support.processes import Daphne
 
 VAR_DIR = setup.ROOT / "var" / "bench-watchers"
@@ -95,17 +95,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _raise_open_files() -> int:
-    """Raise this process's (and so its children's) open-file limit to the hard limit; return it."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    limit = _raise_open_files()
+    limit = raise_open_files_limit()  # this process, and the web process it starts
     if limit < args.connections + 200:
         print(f"bench: the open-file limit is {limit}: too low for {args.connections} connections", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ import argparse
 import hashlib
 import ipaddress
 import os
+import resource
 import shlex
 import stat
 import subprocess
@@ -299,6 +300,7 @@ def _say_configuration_problems() -> None:
 
     policy = get_policy()
     problems = [
+        *_open_files_problems(),
         *_secret_key_problems(),
         *policy_problems(policy),
         *configuration_problems(),
@@ -367,7 +369,48 @@ def _people_problems(policy: Policy) -> list[str]:
         return []
 
 
+# Below this many open files a server is warned: each live inbox, SSE stream, database and Redis
+# connection holds one, and one web process is meant to carry thousands of open inboxes.
+FEW_OPEN_FILES = 8192
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft open-file limit as far as its hard limit lets it; return the soft limit now.
+
+    The soft limit is 1024 on most Linux systems (systemd's default) while the hard one is far
+    higher: a web process at 1024 refuses new connections, and cannot open its database, once
+    about a thousand inboxes are open. Servers that expect many connections raise it themselves
+    (as Go's runtime does); the daphne or celery exec'd next keeps the raised limit.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # A hard limit of "unlimited" may be capped lower by the kernel (Linux's nr_open, macOS's OPEN_MAX).
+    for wanted in (hard, 1 << 20, 10240):
+        if soft == resource.RLIM_INFINITY or (wanted != resource.RLIM_INFINITY and wanted <= soft):
+            break
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            break
+        except (ValueError, OSError):
+            continue
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def _open_files_problems() -> list[str]:
+    """Say an open-file limit (once raised) too low for a few thousand connections."""
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit == resource.RLIM_INFINITY or limit >= FEW_OPEN_FILES:
+        return []
+    return [
+        (
+            f"this process may open {limit} files at most: each live inbox, SSE stream, database and Redis "
+            f"connection takes one, so connections past about {limit} are refused; raise the hard limit "
+            "(LimitNOFILE= in a systemd unit, ulimit -Hn, or the container's nofile ulimit)"
+        )
+    ]
+
+
 def _serve(args: argparse.Namespace) -> None:
+    raise_open_files_limit()
     _say_configuration_problems()
     # daphne sizes the thread pool of sync work from ASGI_THREADS when it starts (Python's default is cpus + 4).
     os.environ.setdefault("ASGI_THREADS", str(WEB_THREADS))
@@ -391,6 +434,7 @@ WEB_THREADS = 32
 
 
 def _worker(args: argparse.Namespace) -> None:
+    raise_open_files_limit()
     _say_configuration_problems()
     os.execvp(
         sys.executable,

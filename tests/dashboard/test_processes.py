@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agents import services
 from dashboard import cli, processes
-from tests.conftest import wait_for
-from tests.support.processes import ROOT, free_port
+from tests.conftest import child_env, wait_for
+from tests.support.processes import ROOT, CliServe, free_port
 
 
 def test_it_creates_the_admin_login_once_and_keeps_it_private(db, tmp_path):
@@ -232,3 +233,58 @@ def test_beat_keeps_its_schedule_in_the_state_folder_whatever_folder_it_starts_i
         beat.wait(timeout=30)
 
     assert [p.name for p in var_dir.glob("celerybeat-schedule*")] and not list(elsewhere.iterdir())
+
+
+def _open_files(pid: int) -> tuple[int, int]:
+    """Return a process's soft and hard open-file limits, as /proc shows them."""
+    line = next(line for line in Path(f"/proc/{pid}/limits").read_text().splitlines() if "open files" in line)
+    soft, hard = line.split()[3:5]
+    return int(soft), int(hard)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not Path("/proc/self/limits").exists(), reason="reads the limits from Linux's /proc")
+def test_serve_raises_its_open_file_limit_so_hundreds_of_open_inboxes_do_not_shut_it_out(transactional_db, tmp_path):
+    """Started under the low soft limit most systems give a service (1024; 256 here) below a high hard one.
+
+    Every open connection holds a file: at its soft limit the web process refused new ones, a
+    probe included, and could open no database connection.
+    """
+    server = CliServe(
+        log=tmp_path / "serve.log", env=child_env(), wrap=("sh", "-c", 'ulimit -Sn 256 && exec "$@"', "sh")
+    )
+    server.start()
+    idle: list[socket.socket] = []
+    try:
+        server.wait_ready(timeout=30)
+        assert server.process is not None
+        soft, hard = _open_files(server.process.pid)
+        assert soft == hard > 256
+
+        for _ in range(300):  # inboxes and streams left open: more than the limit it was started with
+            connection = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and not finished
+            idle.append(connection)
+        with httpx.Client(base_url=server.url, timeout=10) as web:
+            assert web.get("/healthz").json() == {"ok": True}
+        assert "may open" not in server.log_tail()
+    finally:
+        for connection in idle:
+            connection.close()
+        server.stop()
+
+
+@pytest.mark.integration
+def test_serve_warns_of_an_open_file_limit_it_cannot_raise_far(transactional_db, tmp_path):
+    server = CliServe(
+        log=tmp_path / "serve.log", env=child_env(), wrap=("sh", "-c", 'ulimit -n 512 && exec "$@"', "sh")
+    )
+    server.start()
+    try:
+        server.wait_ready(timeout=30)
+        assert (
+            "agentfast: warning: this process may open 512 files at most: each live inbox, SSE stream, database and "
+            "Redis connection takes one, so connections past about 512 are refused; raise the hard limit"
+        ) in server.log_tail()
+    finally:
+        server.stop()

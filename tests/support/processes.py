@@ -149,3 +149,11 @@ class Daphne(ServerProcess):
                 return response.status == 200
         except OSError:
             return False
+
+
+class CliServe(Daphne):
+    """`agentfast serve` (daphne as the command starts it) on a free port; `wrap` goes before the command."""
+
+    def __init__(self, *, log: Path, env: dict[str, str], wrap: tuple[str, ...] = ()) -> None:
+        super().__init__(log=log, env=env)
+        self.args = [*wrap, sys.executable, "-m", "dashboard.cli", "serve", "--port", str(self.port)]
