@@ -10,6 +10,7 @@ import pytest
 from django.test import Client
 
 from agents import services
+from dashboard.web import health
 from tests.conftest import child_env
 from tests.support.processes import Daphne
 
@@ -36,7 +37,25 @@ def production(settings):  # noqa: ANN001, ANN201
 def test_it_answers_a_health_check_of_the_process_address_over_plain_http(db, production):
     response = Client().get("/healthz", headers={"Host": PROCESS})
 
-    assert response.status_code == 200 and response.json() == {"ok": True}
+    assert response.status_code == 200 and response.json() == {"ok": True, "redis": True}
+
+
+def test_it_says_redis_is_out_of_reach_and_keeps_the_process_in_rotation(db, production, redis_server, caplog):
+    # Decisions still land while Redis is down (the sweeper sends their messages once it is back):
+    # a balancer should keep the process, and whoever reads the probe should learn why pages stand still.
+    redis_server.stop()
+    try:
+        began = time.monotonic()
+        response = Client().get("/healthz", headers={"Host": PROCESS})
+        took = time.monotonic() - began
+    finally:
+        redis_server.start()
+
+    assert response.status_code == 200
+    assert response.json() == {"ok": True, "redis": False, "warning": health.REDIS_DOWN}
+    assert took < health.PROBE_SECONDS + 1
+    assert "health check: Redis is out of reach" in caplog.text
+    assert Client().get("/healthz", headers={"Host": PROCESS}).json() == {"ok": True, "redis": True}
 
 
 def test_it_serves_metrics_to_a_scraper_of_the_process_address_and_only_with_a_token(carol, production):
@@ -78,7 +97,7 @@ def test_a_production_web_process_answers_its_probes_by_address(production_daphn
         f"{production_daphne.url}/metrics", headers={"Authorization": "Bearer s3cret-scrape"}, timeout=10
     )
 
-    assert health.status_code == 200 and health.json() == {"ok": True}
+    assert health.status_code == 200 and health.json() == {"ok": True, "redis": True}
     assert scrape.status_code == 200 and "agentfast_runs{" in scrape.text
     assert httpx.get(f"{production_daphne.url}/", timeout=10).status_code == 400
 

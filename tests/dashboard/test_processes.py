@@ -266,7 +266,7 @@ def test_serve_raises_its_open_file_limit_so_hundreds_of_open_inboxes_do_not_shu
             connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and not finished
             idle.append(connection)
         with httpx.Client(base_url=server.url, timeout=10) as web:
-            assert web.get("/healthz").json() == {"ok": True}
+            assert web.get("/healthz").json() == {"ok": True, "redis": True}
         assert "may open" not in server.log_tail()
     finally:
         for connection in idle:
