@@ -312,10 +312,47 @@ def _say_configuration_problems() -> None:
 
 
 def _secret_key_problems() -> list[str]:
-    """Say a DJANGO_SECRET_KEY that Django's own deploy check calls weak: it signs sessions and one-click links."""
+    """Say a DJANGO_SECRET_KEY that Django's own deploy check calls weak, or that differs from another process's.
+
+    It signs sessions and one-click links: weak, anyone forges them; different between two
+    processes, one refuses what the other signed.
+    """
     from django.core.checks.security.base import check_secret_key
 
-    return [WEAK_SECRET_KEY] if check_secret_key(None) else []
+    return [*([WEAK_SECRET_KEY] if check_secret_key(None) else []), *_secret_key_disagreement()]
+
+
+# Django's cache key (in Redis, which every process of a site shares) holding a fingerprint of
+# the secret key of the process that started last.
+SECRET_KEY_SEEN = "secret-key-fingerprint"
+
+
+def _secret_key_disagreement() -> list[str]:
+    """Say that the process started before this one signs with another secret key; leave this one's in its place.
+
+    With DJANGO_SECRET_KEY unset, each machine generates its own var/secret_key: links a worker
+    mails are then refused by the web ("not valid"), and a sign-in on one web process is unknown
+    to the next. The fingerprint is an HMAC of a fixed text: it tells nothing of the key. After
+    a deliberate change of key, the first process started with the new one says it once.
+    """
+    from django.core.cache import cache
+    from django.utils.crypto import salted_hmac
+
+    mine = salted_hmac("agentfast.secret-key-check", "one key for every process").hexdigest()[:32]
+    try:
+        before = cache.get(SECRET_KEY_SEEN)
+        cache.set(SECRET_KEY_SEEN, mine, timeout=None)
+    except redis.RedisError:  # out of reach: the process says so itself soon enough
+        return []
+    if before in (None, mine):
+        return []
+    return [
+        (
+            "another agentfast process sharing this Redis started with a different secret key (DJANGO_SECRET_KEY, "
+            "or var/secret_key where it is unset): links mailed by one are refused by the other, and a sign-in on one "
+            "web process is unknown to another; give every process the same DJANGO_SECRET_KEY"
+        )
+    ]
 
 
 WEAK_SECRET_KEY = (

@@ -140,6 +140,25 @@ def test_it_warns_at_start_of_a_secret_key_anyone_could_guess(db, settings, caps
     assert "DJANGO_SECRET_KEY is short or plain" in capsys.readouterr().err
 
 
+def test_it_warns_at_start_when_another_process_signs_with_a_different_key(db, settings, capsys):
+    """Two machines with DJANGO_SECRET_KEY unset each make their own var/secret_key: one refuses what the other signs."""
+    from dashboard.processes import _say_configuration_problems
+
+    settings.SECRET_KEY = "first machine " + "x7Qp2Lm9Zt4Rv8Ks" * 4
+    _say_configuration_problems()  # the worker on one machine
+    _say_configuration_problems()  # the web process beside it
+    assert capsys.readouterr().err == ""
+
+    settings.SECRET_KEY = "other machine " + "a1Bc3De5Fg7Hi9Jk" * 4
+    _say_configuration_problems()  # a worker on another machine, sharing the database and Redis
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("agentfast: warning: another agentfast process sharing this Redis started with a different")
+    assert settings.SECRET_KEY not in line
+
+    _say_configuration_problems()  # after a deliberate change of key, said once
+    assert capsys.readouterr().err == ""
+
+
 def test_it_takes_a_blank_secret_as_unset_never_as_the_key(tmp_path):
     var = tmp_path / "var"
 
