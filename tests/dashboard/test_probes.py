@@ -53,7 +53,7 @@ def test_it_says_redis_is_out_of_reach_and_keeps_the_process_in_rotation(db, pro
 
     assert response.status_code == 200
     assert response.json() == {"ok": True, "redis": False, "warning": health.REDIS_DOWN}
-    assert took < health.PROBE_SECONDS + 1
+    assert took < 1  # within the shortest timeout balancers give a probe (Celery's own check took 2 s and more)
     assert "health check: Redis is out of reach" in caplog.text
     assert Client().get("/healthz", headers={"Host": PROCESS}).json() == {"ok": True, "redis": True}
 
