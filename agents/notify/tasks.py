@@ -17,10 +17,10 @@ def deliver(delivery_id: int) -> str:
 
 @shared_task(base=OnCommitTask, acks_late=True, time_limit=120)
 def deliveries_sweep() -> int:
-    """Beat: enqueue again the deliveries that are due (their message was lost, or their worker died)."""
-    from agents.services.notify import deliveries_due
+    """Beat: enqueue again the deliveries overdue by a grace period (their message was lost, or their worker died)."""
+    from agents.services.notify import deliveries_resend_due
 
-    due = deliveries_due()
+    due = deliveries_resend_due()
     for delivery_id in due:
         deliver.delay_on_commit(delivery_id)
     return len(due)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
@@ -219,12 +220,25 @@ def redeliver_refusal(delivery: Delivery, settled: str) -> str:
     return f"this {what} asks for a decision, and {settled}: sent again, it would only be superseded at once"
 
 
-def deliveries_due(*, now: datetime | None = None) -> list[int]:
-    """Return pending deliveries whose time has come and whose message nobody is handling."""
+def deliveries_resend_due(*, now: datetime | None = None) -> list[int]:
+    """Return the pending deliveries due for longer than the sweep's grace, to send again; restart their grace.
+
+    A delivery's own message (its first, or its retry's eta) takes it once it is due. One still
+    due a grace period later lost that message (Redis restarted, a worker died holding it) or
+    waits behind a backlog. Its due time moves to now, so a backlog longer than the grace gets
+    one more message per delivery each grace period, not one at every sweep (every 5 s), all
+    of them work for the broker and the workers. A claim taken meanwhile is left alone: its
+    due time is in the future, which the update's filter does not match.
+    """
     now = now or timezone.now()
-    return list(
-        Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now).values_list("pk", flat=True)
+    overdue = Delivery.objects.filter(
+        status=Delivery.Status.PENDING,
+        next_attempt_at__lte=now - timedelta(seconds=settings.AGENTFAST_SWEEP_GRACE_SECONDS),
     )
+    ids = list(overdue.order_by("next_attempt_at", "pk").values_list("pk", flat=True))  # the longest waiting first
+    if ids:
+        overdue.filter(pk__in=ids).update(next_attempt_at=now)
+    return ids
 
 
 def slacklink_set(*, username: str, slack_id: str) -> SlackLink:

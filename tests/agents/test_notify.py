@@ -111,7 +111,7 @@ def test_it_loses_nothing_while_the_receiver_is_down_and_sends_nothing_twice(
     assert [dispatch.send(d.pk, now=now) for d in deliveries] == ["delivered", "delivered"]
     later = now + timedelta(days=2)
     assert [dispatch.send(d.pk, now=later) for d in deliveries] == ["skipped", "skipped"]
-    assert notify_services.deliveries_due(now=later) == []
+    assert notify_services.deliveries_resend_due(now=later) == []
     assert sorted(receiver.ids()) == sorted(f"msg_{d.pk}" for d in deliveries)
     assert all(item.verified for item in receiver.received)
     assert [item.body["type"] for item in receiver.received] == ["approval.required", "approval.decided"]
@@ -128,7 +128,7 @@ def test_it_retries_for_about_a_day_then_gives_up(db, webhook_to, receiver, djan
         outcomes.append(dispatch.send(delivery.pk, now=now))
         now += timedelta(hours=7)
     assert outcomes == ["pending"] * (notify_services.MAX_ATTEMPTS - 1) + ["failed"]
-    assert notify_services.deliveries_due(now=now + timedelta(days=5)) == []
+    assert notify_services.deliveries_resend_due(now=now + timedelta(days=5)) == []
 
 
 def test_it_retries_a_webhook_whose_receiver_answers_404(db, webhook_to, receiver, django_capture_on_commit_callbacks):

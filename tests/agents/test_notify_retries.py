@@ -12,7 +12,9 @@ from django.utils import timezone
 
 from agents.notify import dispatch
 from agents.notify.models import Delivery
+from agents.notify.tasks import deliveries_sweep
 from agents.services import notify as notify_services
+from agents.services.notify import Target
 from tests.agents.test_notify import AGENT, REFUND, SECRET, _paused
 from tests.conftest import wait_for
 from tests.support.broker import take_queued
@@ -52,9 +54,11 @@ def test_it_never_leaves_a_retry_in_the_broker_past_its_visibility_timeout_and_t
             assert eta - before <= timedelta(seconds=visibility / 2 + 5), backoff  # + the attempt's own time
             assert abs(eta - due) < timedelta(seconds=1)
         (scheduled if queued else swept).append(backoff)
-        # Either way beat's sweep finds it once due (and not before): nothing waits on a message alone.
-        assert delivery.pk not in notify_services.deliveries_due(now=due - timedelta(seconds=1))
-        assert delivery.pk in notify_services.deliveries_due(now=due)
+        # Either way beat's sweep finds it once due for its grace period (and not before): nothing waits on a
+        # message alone, and one that comes on time is not doubled.
+        overdue = due + timedelta(seconds=settings.AGENTFAST_SWEEP_GRACE_SECONDS)
+        assert delivery.pk not in notify_services.deliveries_resend_due(now=overdue - timedelta(seconds=1))
+        assert delivery.pk in notify_services.deliveries_resend_due(now=overdue)
 
     assert scheduled == [b for b in notify_services.BACKOFF if b <= visibility / 2]
     assert swept == [b for b in notify_services.BACKOFF if b > visibility / 2]
@@ -105,3 +109,26 @@ def test_it_keeps_a_delivery_delivered_when_an_attempt_that_outlived_its_claim_f
 
     assert (after.status, after.last_error) == (Delivery.Status.DELIVERED, "")
     assert after.attempt_log.count() == 2  # both attempts are in its log
+
+
+def test_beats_sweep_sends_a_backlog_again_once_a_grace_period_not_at_every_sweep(
+    db, broker, django_capture_on_commit_callbacks
+):
+    # Deliveries due for a while: their messages were lost, or wait behind a backlog no worker has reached yet.
+    grace = timedelta(seconds=settings.AGENTFAST_SWEEP_GRACE_SECONDS)
+    hook = Target(Delivery.Kind.WEBHOOK, "http://127.0.0.1:9/hook", {"n": 1})
+    ids = notify_services.deliveries_open(event_type="approval.required", approval_id="appr_x", targets=[hook] * 3)
+    Delivery.objects.update(next_attempt_at=timezone.now() - grace - timedelta(seconds=1))
+    claimed = notify_services.delivery_claim(delivery_id=ids[2])  # a worker has this one in hand
+    assert claimed is not None
+
+    for _ in range(3):  # beat's sweep, three times in a row
+        with django_capture_on_commit_callbacks(execute=True):
+            deliveries_sweep()
+
+    # One message more for each, not one at every sweep (each a claim that finds it taken, at scale a flood).
+    assert sorted(args for args, _, _ in take_queued(broker, DELIVER)) == [[ids[0]], [ids[1]]]
+    now = timezone.now()
+    assert notify_services.deliveries_resend_due(now=now + grace - timedelta(seconds=1)) == []
+    assert notify_services.deliveries_resend_due(now=now + grace) == ids[:2]  # still unsent a grace later: again
+    assert Delivery.objects.get(pk=ids[2]).next_attempt_at == claimed.next_attempt_at  # the claim left alone

@@ -411,7 +411,7 @@ def _send_and_sweep(delivery: Delivery, *, sweep_after: float) -> tuple[str, lis
 
     def sweep() -> None:
         time.sleep(sweep_after)
-        swept.extend(notify_services.deliveries_due())
+        swept.extend(notify_services.deliveries_resend_due())
         swept.append(notify_services.delivery_claim(delivery_id=delivery.pk))
 
     sweeper = started(sweep)
@@ -440,6 +440,7 @@ def test_it_lets_the_sweep_try_again_once_a_send_has_hung_too_long(
     delivery = _mailed_through(server, settings, monkeypatch, agent_config)
     monkeypatch.setattr(notify_services, "CLAIM_SECONDS", 0.6)
     monkeypatch.setattr(notify_services, "KEEP_CLAIM_SECONDS", 1.0)  # 10 minutes in production
+    settings.AGENTFAST_SWEEP_GRACE_SECONDS = 0.5  # once the claim has run out, the sweep waits this long for a message
 
     _, swept = _send_and_sweep(delivery, sweep_after=2.5)  # past the renewals' limit and the last claim
 

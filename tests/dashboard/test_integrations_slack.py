@@ -158,7 +158,7 @@ def test_it_posts_no_buttons_for_a_call_decided_before_the_message_went_out(
     asking.refresh_from_db()
     assert (asking.attempts, asking.next_attempt_at) == (0, None)
     assert asking.last_error == "not sent: the call was rejected by bob before this message went out"
-    assert notify_services.deliveries_due() == []  # nor does the sweep send it later
+    assert notify_services.deliveries_resend_due() == []  # nor does the sweep send it later
 
 
 def test_it_escapes_names_in_the_answer_only_the_presser_reads(
