@@ -134,6 +134,8 @@ class ToolCall(models.Model):
     result = models.JSONField(null=True, blank=True)  # memoized tool output
     # For deferred calls: when the model was told the outcome (None: not yet).
     reported_at = models.DateTimeField(null=True, blank=True)
+    # For deferred calls: when the sweeper last sent the decided call's message again (None: never).
+    resent_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

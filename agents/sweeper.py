@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Max, OuterRef, Subquery
+from django.db.models import Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from agents import queue, services
@@ -51,15 +51,11 @@ def sweep() -> SweepReport:
     # keeps runs waiting longer than the grace would otherwise get a copy of each run's message
     # at every sweep, each a no-op for the lease but all of them work for the broker and the workers.
     Run.objects.filter(pk__in=report.runs).update(updated_at=now)
-    for call_pk in ToolCall.objects.filter(
-        hitl_mode=Approval.Mode.DEFER,
-        result__isnull=True,
-        executed_at__isnull=True,
-        approval__status__in=[Approval.Status.APPROVED, Approval.Status.REJECTED, Approval.Status.EXPIRED],
-        approval__decided_at__lt=grace,
-    ).values_list("pk", flat=True):
+    report.deferred = _stranded_deferred_calls(grace)
+    for call_pk in report.deferred:
         queue.deferred_on_commit(call_pk)
-        report.deferred.append(call_pk)
+    # As for runs: sent now, each waits a grace period on this message before the next copy.
+    ToolCall.objects.filter(pk__in=report.deferred).update(resent_at=now)
     for call in ToolCall.objects.filter(
         hitl_mode=Approval.Mode.DEFER, result__isnull=True, executed_at__lt=now - DEFERRED_CLAIM_TIMEOUT
     ):
@@ -69,6 +65,20 @@ def sweep() -> SweepReport:
     if report.runs or report.deferred or report.expired or report.in_doubt or report.reminded:
         logger.info("sweep: %s", report)
     return report
+
+
+def _stranded_deferred_calls(grace: datetime) -> list[int]:
+    """Return deferred calls decided before the grace period and not yet run, not sent again within it."""
+    return list(
+        ToolCall.objects.filter(
+            Q(resent_at__isnull=True) | Q(resent_at__lt=grace),
+            hitl_mode=Approval.Mode.DEFER,
+            result__isnull=True,
+            executed_at__isnull=True,
+            approval__status__in=[Approval.Status.APPROVED, Approval.Status.REJECTED, Approval.Status.EXPIRED],
+            approval__decided_at__lt=grace,
+        ).values_list("pk", flat=True)
+    )
 
 
 def _stranded_runs(now: datetime, grace: datetime) -> tuple[list[str], list[str]]:

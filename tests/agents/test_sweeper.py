@@ -8,7 +8,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents import services
-from agents.models import Approval, Run
+from agents.models import Approval, Run, ToolCall
 from agents.sweeper import sweep
 from tests.support.broker import take_queued
 from tests.support.flows import decide, pending, resume, start
@@ -133,6 +133,10 @@ def test_it_re_enqueues_decided_deferred_calls_not_yet_run(db, settings):
     assert sweep().deferred == []  # within the grace period its own message may arrive
     age(run, 60)
 
+    assert sweep().deferred == [approval.tool_call_id]
+    # A backlog of tool executions keeps that message waiting: one more copy per grace period, not one per sweep.
+    assert sweep().deferred == []
+    ToolCall.objects.filter(pk=approval.tool_call_id).update(resent_at=timezone.now() - timedelta(seconds=11))
     assert sweep().deferred == [approval.tool_call_id]
 
 
