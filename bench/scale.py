@@ -4,7 +4,8 @@ Builds --pending paused runs (one pending approval each, asked over a day, clone
 from a run the engine really paused: run, messages, tool call, approval, events), --decided completed runs
 (cloned from a run the engine really resumed, each approval decided 0 s to hours after it was
 asked), one run with --events events, and --audit audit entries (cloned from a real decision, spread over a year, 200
-people, 6 tools, mixed outcomes), in bulk_create batches. Then, signed in as an admin
+people, 6 tools, mixed outcomes), and --deliveries notification deliveries (over a year, most
+delivered), in bulk_create batches. Then, signed in as an admin
 through Django's test client, --repeat requests of each page; one sweeper tick --repeat
 times; --repeat Prometheus scrapes of /metrics; and the CSV export of the whole audit through a real daphne process.
 Postgres by default (DATABASE_URL naming a database containing "bench"); --sqlite allowed.
@@ -18,9 +19,9 @@ import os
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from bench import setup
@@ -48,6 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--decided", type=int, default=100_000, help="completed runs with a decided approval each")
     parser.add_argument("--audit", type=int, default=1_000_000, help="audit entries (default 1,000,000)")
     parser.add_argument("--events", type=int, default=1000, help="events of the one long run (default 1000)")
+    parser.add_argument(
+        "--deliveries", type=int, default=300_000, help="notification deliveries, over a year (default 300,000)"
+    )
     parser.add_argument("--repeat", type=int, default=30, help="timed requests of each page (default 30)")
     parser.add_argument("--no-csv", action="store_true", help="skip the CSV export through daphne")
     parser.add_argument("--verbose", action="store_true", help="print EXPLAIN of each page's and the sweeper's queries")
@@ -58,8 +62,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="keep the database a previous run built at these sizes (migrating it) instead of building it again",
     )
     args = parser.parse_args(argv)
-    if min(args.pending, args.decided, args.audit, args.events, args.repeat) < 1:
-        parser.error("--pending, --decided, --audit, --events and --repeat must be at least 1")
+    if min(args.pending, args.decided, args.audit, args.events, args.deliveries, args.repeat) < 1:
+        parser.error("--pending, --decided, --audit, --events, --deliveries and --repeat must be at least 1")
     if args.pending <= DEEP:
         parser.error(f"--pending must be more than {DEEP:,}: the API's deep pages start there")
     return args
@@ -125,11 +129,15 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     progress(f"building {args.audit:,} audit entries")
     _clone_audit(AuditEntry.objects.order_by("id").first(), args.audit)
     t2 = time.perf_counter()
+    progress(f"building {args.deliveries:,} deliveries")
+    _add_deliveries(args.deliveries)
+    t3 = time.perf_counter()
     _analyze()
     return {
         "long_run": long_run,
         "runs_seconds": t1 - t0,
         "audit_seconds": t2 - t1,
+        "deliveries_seconds": t3 - t2,
         "seconds": time.perf_counter() - t0,
         "runs": Run.objects.count(),
         "audit": args.audit,
@@ -139,6 +147,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 def _kept(args: argparse.Namespace) -> dict[str, Any] | None:
     """Return what a previous build left, when it has the sizes asked for (None: build afresh)."""
     from agents.models import Approval, AuditEntry, Run
+    from agents.notify.models import Delivery
 
     pending = Approval.objects.filter(status=Approval.Status.PENDING).count()
     decided = Approval.objects.exclude(status=Approval.Status.PENDING).count()
@@ -152,6 +161,10 @@ def _kept(args: argparse.Namespace) -> dict[str, Any] | None:
         return None
     if long_run is None or long_run[1] < args.events:
         return None
+    if (kept_deliveries := Delivery.objects.count()) != args.deliveries:  # built by an older bench, or of another size
+        progress(f"--reuse: {kept_deliveries:,} deliveries kept; building {args.deliveries:,} instead")
+        Delivery.objects.all().delete()
+        _add_deliveries(args.deliveries)
     if not Approval.objects.filter(status=Approval.Status.PENDING).exclude(approvers=[]).exists():
         _restrict(args.pending)
     _analyze()
@@ -274,44 +287,74 @@ def _add_events(run_id: str, count: int) -> None:
         Run.objects.filter(pk=run_id).update(last_event_seq=first + count - 1)
 
 
-def _clone_audit(template: Any, count: int) -> None:
+def _over_a_year(model: Any, count: int, row: Callable[[int, datetime], Any], what: str) -> None:
+    """Store `count` rows of `model`, row n made by `row(n, created_at)`, created evenly over the past year, in batches."""
     from django.db import transaction
     from django.utils import timezone
 
+    start = timezone.now() - timedelta(days=365)
+    step = timedelta(days=365) / count
+    done = 0
+    with _dates_settable(model):
+        while done < count:
+            size = min(BATCH * 5, count - done)
+            rows = [row(n, start + step * n) for n in range(done, done + size)]
+            with transaction.atomic():
+                model.objects.bulk_create(rows)
+            done += size
+            if done % 200_000 < BATCH * 5:
+                progress(f"  {done:,} {what}")
+
+
+def _clone_audit(template: Any, count: int) -> None:
     from agents.models import AuditEntry
 
     rng = random.Random(7)
     outcomes = [AuditEntry.Outcome.DECIDED] * 8 + [AuditEntry.Outcome.IDEMPOTENT, AuditEntry.Outcome.NOT_PERMITTED]
-    start = timezone.now() - timedelta(days=365)
-    step = timedelta(days=365) / count
-    done = 0
-    with _dates_settable(AuditEntry):
-        while done < count:
-            size = min(BATCH * 5, count - done)
-            rows = []
-            for n in range(done, done + size):
-                outcome = rng.choice(outcomes)
-                rows.append(
-                    _copy(
-                        template,
-                        id=None,
-                        actor=rng.choice(PEOPLE),
-                        tool=rng.choice(TOOLS),
-                        action=rng.choice(("approved", "approved", "rejected")),
-                        outcome=outcome,
-                        approval_id=f"appr_run_{n:026d}_call_1",
-                        run_id=f"run_{n:026d}",
-                        created_at=start + step * n,
-                        # prev_hash is unique (the chain refuses a fork): each clone gets its own.
-                        prev_hash=f"{n + 1:064x}",
-                        hash=f"{n + 2:064x}",
-                    )
-                )
-            with transaction.atomic():
-                AuditEntry.objects.bulk_create(rows)
-            done += size
-            if done % 200_000 < BATCH * 5:
-                progress(f"  {done:,} audit entries")
+
+    def entry(n: int, created_at: datetime) -> AuditEntry:
+        return _copy(
+            template,
+            id=None,
+            actor=rng.choice(PEOPLE),
+            tool=rng.choice(TOOLS),
+            action=rng.choice(("approved", "approved", "rejected")),
+            outcome=rng.choice(outcomes),
+            approval_id=f"appr_run_{n:026d}_call_1",
+            run_id=f"run_{n:026d}",
+            created_at=created_at,
+            # prev_hash is unique (the chain refuses a fork): each clone gets its own.
+            prev_hash=f"{n + 1:064x}",
+            hash=f"{n + 2:064x}",
+        )
+
+    _over_a_year(AuditEntry, count, entry, "audit entries")
+
+
+def _add_deliveries(count: int) -> None:
+    """Store `count` deliveries spread over a year: webhooks, mails and Slack messages, most delivered."""
+    from agents.notify.models import Delivery
+
+    rng = random.Random(11)
+    kinds = [Delivery.Kind.WEBHOOK, Delivery.Kind.EMAIL, Delivery.Kind.SLACK]
+    statuses = [Delivery.Status.DELIVERED] * 16 + [Delivery.Status.FAILED, Delivery.Status.SUPERSEDED]
+    statuses += [Delivery.Status.PENDING]
+
+    def delivery(n: int, created_at: datetime) -> Delivery:
+        status = rng.choice(statuses)
+        return Delivery(
+            kind=rng.choice(kinds),
+            target=rng.choice(PEOPLE),
+            event_type=rng.choice(("approval.required", "approval.decided")),
+            approval_id=f"appr_run_{n:026d}_call_1",
+            payload={"type": "approval.required", "data": {"tool": rng.choice(TOOLS)}},
+            status=status,
+            attempts=1,
+            next_attempt_at=created_at if status == Delivery.Status.PENDING else None,
+            created_at=created_at,
+        )
+
+    _over_a_year(Delivery, count, delivery, "deliveries")
 
 
 def _analyze() -> None:
@@ -404,6 +447,9 @@ def _pages(long_run: str) -> dict[str, tuple[str, str]]:
         f"audit filtered (person={PEOPLE[7]})": (f"/audit?person={PEOPLE[7]}", "audit"),
         "audit filtered (tool, outcome)": ("/audit?tool=issue_refund&outcome=not_permitted", "audit"),
         "insights (30 days of decisions)": ("/insights?days=30", "page"),
+        "deliveries page": ("/deliveries", "page"),
+        "deliveries (status=failed)": ("/deliveries?status=failed", "page"),
+        "deliveries, page 100": ("/deliveries?page=100", "page"),
     }
 
 
@@ -561,7 +607,8 @@ def render(results: dict[str, Any]) -> str:
             if built.get("reused")
             else f"built {built['runs']:,} runs ({meta['args']['pending']:,} pending approvals, "
             f"{meta['args']['decided']:,} decided) "
-            f"in {built['runs_seconds']:.1f} s, {built['audit']:,} audit entries in {built['audit_seconds']:.1f} s"
+            f"in {built['runs_seconds']:.1f} s, {built['audit']:,} audit entries in {built['audit_seconds']:.1f} s, "
+            f"{meta['args']['deliveries']:,} deliveries in {built.get('deliveries_seconds', 0.0):.1f} s"
         ),
         "",
         f"{'PAGE (admin, Django test client)':<48}{'n':>5}{'p50 ms':>10}{'p95 ms':>10}{'target p95':>12}{'KB':>8}",

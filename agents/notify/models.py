@@ -41,6 +41,11 @@ class Delivery(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         verbose_name_plural = "deliveries"
+        # The deliveries page, newest first, of every status or of one.
+        indexes = [
+            models.Index(fields=["created_at", "id"], name="delivery_newest"),
+            models.Index(fields=["status", "created_at", "id"], name="delivery_status_newest"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.event_type} → {self.target} ({self.status})"

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
-from django.core.paginator import Paginator
+from django.db.models import prefetch_related_objects
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from agents import services
+from agents import selectors, services
 from agents.models import AuditEntry
 from agents.notify.models import Delivery
 from agents.services import notify as notify_services
 from dashboard.auth import admin_required, attempt_from
+from dashboard.web.pages import window
 
 PAGE_SIZE = 50
+COUNT_CAP = 1000  # the heading counts this far ("1000+"), not every delivery ever sent
 
 
 @require_GET
@@ -27,19 +29,26 @@ def delivery_list(request: HttpRequest) -> HttpResponse:
 
 def _list_page(request: HttpRequest, *, error: str = "", status_code: int = 200) -> HttpResponse:
     status = request.GET.get("status", "")
-    deliveries = Delivery.objects.prefetch_related("attempt_log")
+    deliveries = Delivery.objects.all()  # newest first, read off an index of (status,) created_at
     if status in Delivery.Status.values:
         deliveries = deliveries.filter(status=status)
     else:
         status = ""
-    page = Paginator(deliveries, PAGE_SIZE).get_page(request.GET.get("page"))
+    # A page at a time, neither counted nor skipped to: a site sends a few per decision, for ever.
+    page = window(deliveries, request, PAGE_SIZE, selectors.newest_first_after_row)
+    count = selectors.count_up_to(deliveries, COUNT_CAP + 1)
+    if count <= COUNT_CAP:
+        page.pages = max(1, -(-count // PAGE_SIZE))
+    prefetch_related_objects(page.object_list, "attempt_log")
     # A person's message asking to decide a call that no longer waits has no Redeliver button: sent
     # again, it would only be superseded at once. The row says why instead.
     settled = notify_services.deliveries_settled(page.object_list)
     for delivery in page.object_list:
-        delivery.settled = settled.get(delivery.pk, "")  # type: ignore[attr-defined]
+        delivery.settled = settled.get(delivery.pk, "")
     context = {
         "page": page,
+        "count": min(count, COUNT_CAP),
+        "count_more": count > COUNT_CAP,
         "status": status,
         "statuses": Delivery.Status.values,
         "query": urlencode({"status": status}) if status else "",  # the pager's links keep the filter

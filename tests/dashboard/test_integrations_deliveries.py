@@ -72,8 +72,35 @@ def test_it_keeps_the_status_filter_on_the_next_page(client_for, carol):
 
     first = client_for(carol).get("/deliveries", {"status": "pending"})
 
-    assert first.context["page"].has_next()
-    assert 'href="?status=pending&amp;page=2"' in first.content.decode()
+    page = first.context["page"]
+    assert page.has_next and len(page) == 50 and first.context["count"] == 60
+    link = f'href="?status=pending&amp;page=2&amp;after={page.object_list[-1].pk}"'
+    assert link in first.content.decode()
+    second = client_for(carol).get("/deliveries", {"status": "pending", "page": 2, "after": page.object_list[-1].pk})
+    shown = [d.pk for d in page.object_list] + [d.pk for d in second.context["page"].object_list]
+    assert (
+        sorted(shown, reverse=True)
+        == shown
+        == list(Delivery.objects.order_by("-created_at", "-id").values_list("pk", flat=True))
+    )
+
+
+def test_it_lists_deliveries_a_page_at_a_time_without_counting_them_all(client_for, carol, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from dashboard.integrations import deliveries as pages
+
+    monkeypatch.setattr(pages, "COUNT_CAP", 3)
+    hook = Target(Delivery.Kind.WEBHOOK, "http://127.0.0.1:9/hook", {"n": 1})
+    notify_services.deliveries_open(event_type="approval.required", approval_id="", targets=[hook] * 5)
+
+    with CaptureQueriesContext(connection) as queries:
+        page = client_for(carol).get("/deliveries")
+
+    assert '<h1>Deliveries <span class="count">3+</span></h1>' in page.content.decode()
+    counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"] and "agents_delivery" in q["sql"]]
+    assert counts and all("LIMIT 4" in sql for sql in counts)  # a bounded read, not a COUNT(*) of every delivery
 
 
 MAILED = """
