@@ -1,4 +1,4 @@
-"""The health check a load balancer or `make run` asks: the process answers and reaches its database (and Redis?)."""
+"""The health check a load balancer or `make run` asks: the process answers and reaches its database and Redis."""
 
 from __future__ import annotations
 
