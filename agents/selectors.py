@@ -35,6 +35,7 @@ from agents.models import (
     ApiToken,
     Approval,
     AuditEntry,
+    Delivery,
     DeliveryAttempt,
     Grant,
     Message,
@@ -531,6 +532,11 @@ def pending_approval_count() -> int:
 def notification_failure_count() -> int:
     """Return how many notification delivery attempts failed, ever (attempts are kept: the count never goes down)."""
     return DeliveryAttempt.objects.exclude(error="").count()  # a failed attempt always says why
+
+
+def deliveries_due_count(now: datetime | None = None) -> int:
+    """Return how many pending deliveries' time has come and are not sent yet (a backlog, if it stays up)."""
+    return Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now or timezone.now()).count()
 
 
 def run_counts_by_status() -> dict[str, int]:

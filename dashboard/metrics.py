@@ -74,10 +74,19 @@ def _notification_failures() -> Iterator[Metric]:
     )
 
 
+def _deliveries_due() -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "agentfast_deliveries_due",
+        "Notification deliveries whose time has come and that are not sent yet (a backlog when it stays up).",
+        value=selectors.deliveries_due_count(),
+    )
+
+
 register("pending_approvals", _pending_approvals)
 register("runs_by_status", _runs_by_status)
 register("decision_latency", _decision_latency)
 register("notification_failures", _notification_failures)
+register("deliveries_due", _deliveries_due)
 
 
 class _Registered:

@@ -5,11 +5,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.test import Client
+from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents import services
 from agents.models import Approval
+from agents.notify.models import Delivery
+from agents.services import notify as notify_services
+from agents.services.notify import Target
 from dashboard import metrics
 from tests.dashboard.conftest import REFUND
 from tests.support.flows import decide, pending, start
@@ -67,6 +71,7 @@ def test_it_serves_pending_runs_and_decision_latency_from_the_rows(carol, settin
         assert samples[("agentfast_decision_latency_seconds_count", (("tool", "refund_request"),))] == 1
         assert samples[("agentfast_decision_latency_seconds_bucket", (("le", "+Inf"), ("tool", "refund_request")))] == 1
         assert samples[("agentfast_notification_failures_total", ())] == 0
+        assert samples[("agentfast_deliveries_due", ())] == 0
     assert second.status == "suspended"
 
 
@@ -102,3 +107,14 @@ def test_it_lets_another_module_add_or_replace_a_figure(carol, settings, monkeyp
     metrics.register("widgets", lambda: [GaugeMetricFamily("agentfast_widgets", "Widgets.", value=7)])
 
     assert scrape("s3cret-scrape")[("agentfast_widgets", ())] == 7
+
+
+def test_it_counts_the_deliveries_whose_time_has_come_and_that_are_not_sent(carol, settings):
+    settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
+    hook = Target(Delivery.Kind.WEBHOOK, "http://127.0.0.1:9/hook", {"n": 1})
+    ids = notify_services.deliveries_open(event_type="approval.required", approval_id="", targets=[hook] * 4)
+    later = timezone.now() + timedelta(minutes=5)
+    Delivery.objects.filter(pk=ids[0]).update(next_attempt_at=later)  # waiting out its backoff: not due
+    Delivery.objects.filter(pk=ids[1]).update(status=Delivery.Status.DELIVERED, next_attempt_at=None)
+
+    assert scrape("s3cret-scrape")[("agentfast_deliveries_due", ())] == 2
