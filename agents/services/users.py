@@ -29,6 +29,7 @@ _ADMIN_PERMISSIONS = (
     "view_runevent",
     "view_sideeffect",
     "view_apitoken",
+    "view_delivery",
 )
 # An external agent gates, waits on, claims and reports its own calls: it never decides, and
 # without view_approval it reads no approval but those of its own gate requests.

@@ -54,6 +54,15 @@ def test_it_lists_deliveries_with_their_attempts_for_admins(client_for, carol, a
     assert client_for(alice).get("/deliveries").status_code == 403
 
 
+def test_admins_read_deliveries_in_the_django_admin_as_every_other_row(client_for, carol, alice, failed_once):
+    listed = client_for(carol).get("/admin/agents/delivery/")
+    assert listed.status_code == 200 and f"/admin/agents/delivery/{failed_once.pk}/change/" in listed.content.decode()
+    assert (
+        client_for(carol).post(f"/admin/agents/delivery/{failed_once.pk}/delete/", {"post": "yes"}).status_code == 403
+    )
+    assert client_for(alice).get("/admin/agents/delivery/").status_code in (302, 403)  # a reviewer is no staff
+
+
 def test_it_redelivers_on_an_admins_post_and_audits_it(client_for, carol, alice, failed_once):
     assert client_for(alice).post(f"/deliveries/{failed_once.pk}/redeliver").status_code == 403
     answer = client_for(carol).post(f"/deliveries/{failed_once.pk}/redeliver")
