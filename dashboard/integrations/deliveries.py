@@ -14,7 +14,7 @@ from agents.models import AuditEntry
 from agents.notify.models import Delivery
 from agents.services import notify as notify_services
 from dashboard.auth import admin_required, attempt_from
-from dashboard.web.pages import window
+from dashboard.web.pages import count_context, count_pages, window
 
 PAGE_SIZE = 50
 COUNT_CAP = 1000  # the heading counts this far ("1000+"), not every delivery ever sent
@@ -36,9 +36,7 @@ def _list_page(request: HttpRequest, *, error: str = "", status_code: int = 200)
         status = ""
     # A page at a time, neither counted nor skipped to: a site sends a few per decision, for ever.
     page = window(deliveries, request, PAGE_SIZE, selectors.newest_first_after_row)
-    count = selectors.count_up_to(deliveries, COUNT_CAP + 1)
-    if count <= COUNT_CAP:
-        page.pages = max(1, -(-count // PAGE_SIZE))
+    count = count_pages(page, deliveries, size=PAGE_SIZE, cap=COUNT_CAP)
     prefetch_related_objects(page.object_list, "attempt_log")
     # A person's message asking to decide a call that no longer waits has no Redeliver button: sent
     # again, it would only be superseded at once. The row says why instead.
@@ -47,8 +45,7 @@ def _list_page(request: HttpRequest, *, error: str = "", status_code: int = 200)
         delivery.settled = settled.get(delivery.pk, "")
     context = {
         "page": page,
-        "count": min(count, COUNT_CAP),
-        "count_more": count > COUNT_CAP,
+        **count_context(count, COUNT_CAP),
         "status": status,
         "statuses": Delivery.Status.values,
         "query": urlencode({"status": status}) if status else "",  # the pager's links keep the filter

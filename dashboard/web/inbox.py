@@ -24,7 +24,14 @@ from dashboard.auth import reviewer_required
 from dashboard.templatetags.agentfast import shown_text
 from dashboard.web import links
 from dashboard.web.forms import InboxFilter, SavedFilterForm
-from dashboard.web.pages import HtmxHttpRequest, live_page, query_without_page, window
+from dashboard.web.pages import (
+    HtmxHttpRequest,
+    count_context,
+    count_pages,
+    live_page,
+    query_without_page,
+    window,
+)
 
 INBOX_PAGE_SIZE = 20
 # The inbox counts its pending approvals up to this many and says "500+" beyond: an exact
@@ -73,7 +80,7 @@ CARD_DEFAULTS: dict[str, Any] = {
 
 def pending_count_context(count: int) -> dict[str, Any]:
     """What _pending_count.html shows of a count read up to INBOX_COUNT_CAP + 1: the number, or "500+"."""
-    return {"count": min(count, INBOX_COUNT_CAP), "count_more": count > INBOX_COUNT_CAP}
+    return count_context(count, INBOX_COUNT_CAP)
 
 
 @require_GET
@@ -93,12 +100,10 @@ def _inbox_page(
     groups = eligibility.group_names(request.user)  # read once, for the For me filter and the cards
     filters = InboxFilter(params, user=request.user)
     approvals = filters.pending_approvals(groups)
-    count = selectors.count_up_to(approvals, INBOX_COUNT_CAP + 1)
     oldest = filters.ordering == selectors.OLDEST
     after = selectors.oldest_first_after_row if oldest else selectors.newest_first_after_row
     page = window(approvals, request, INBOX_PAGE_SIZE, after)
-    if count <= INBOX_COUNT_CAP:
-        page.pages = max(1, -(-count // INBOX_PAGE_SIZE))
+    count = count_pages(page, approvals, size=INBOX_PAGE_SIZE, cap=INBOX_COUNT_CAP)
     prepare_cards(request.user, page.object_list, groups)
     agents, tools = selectors.approval_filter_choices()
     context = {

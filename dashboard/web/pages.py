@@ -14,6 +14,8 @@ from django.views.decorators.cache import cache_control
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
+from agents import selectors
+
 
 class HtmxHttpRequest(HttpRequest):
     """A request as django-htmx's middleware leaves it: `request.htmx` tells an htmx request apart."""
@@ -81,6 +83,19 @@ def window(items: QuerySet[Any], request: HttpRequest, size: int, after: Keyset 
     has_next = len(rows) > size
     last_key = str(rows[size - 1].pk) if has_next and after is not None else ""
     return Window(object_list=rows[:size], number=number, has_next=has_next, last_key=last_key)
+
+
+def count_pages(page: Window, items: QuerySet[Any], *, size: int, cap: int) -> int:
+    """Count `items` up to `cap` + 1, a bounded read rather than a COUNT(*) of them all; under the cap, set page.pages."""
+    count = selectors.count_up_to(items, cap + 1)
+    if count <= cap:
+        page.pages = max(1, -(-count // size))
+    return count
+
+
+def count_context(count: int, cap: int) -> dict[str, Any]:
+    """What a heading shows of a count read up to `cap` + 1: the number, or the cap and a "+"."""
+    return {"count": min(count, cap), "count_more": count > cap}
 
 
 def page_number(raw: str) -> int:
