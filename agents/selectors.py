@@ -534,9 +534,9 @@ def notification_failure_count() -> int:
     return DeliveryAttempt.objects.exclude(error="").count()  # a failed attempt always says why
 
 
-def deliveries_due_count(now: datetime | None = None) -> int:
+def deliveries_due_count() -> int:
     """Return how many pending deliveries' time has come and are not sent yet (a backlog, if it stays up)."""
-    return Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now or timezone.now()).count()
+    return Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=timezone.now()).count()
 
 
 def run_counts_by_status() -> dict[str, int]:
