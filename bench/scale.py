@@ -450,6 +450,14 @@ def _pages(long_run: str) -> dict[str, tuple[str, str]]:
         "deliveries page": ("/deliveries", "page"),
         "deliveries (status=failed)": ("/deliveries?status=failed", "page"),
         "deliveries, page 100": ("/deliveries?page=100", "page"),
+        # The read-only Django admin, which the README offers admins for every table.
+        "admin: audit entries": ("/admin/agents/auditentry/", "page"),
+        "admin: audit entries (outcome, page 2)": ("/admin/agents/auditentry/?outcome=decided&p=2", "page"),
+        f"admin: audit entries, search {PEOPLE[7]}": (f"/admin/agents/auditentry/?q={PEOPLE[7]}", "page"),
+        "admin: approvals": ("/admin/agents/approval/", "page"),
+        "admin: runs": ("/admin/agents/run/", "page"),
+        "admin: tool calls": ("/admin/agents/toolcall/", "page"),
+        "admin: deliveries": ("/admin/agents/delivery/", "page"),
     }
 
 

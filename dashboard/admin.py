@@ -6,14 +6,17 @@ admin adds, changes and deletes nothing; the audit history above all is append-o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
+from django.core.paginator import Paginator
+from django.db.models import Field, Model, QuerySet
 from django.http import HttpRequest
+from django.utils.functional import cached_property
 
-from agents import text
+from agents import selectors, text
 from agents.models import (
     ApiToken,
     Approval,
@@ -32,7 +35,59 @@ admin.site.index_title = "The engine's rows, read-only"
 admin.site.site_url = "/"
 
 
+# The engine's tables grow by rows per decision, for ever (a million audit entries is a year
+# of a busy team): a list page must read a bounded number of rows, as the dashboard's do.
+COUNT_CAP = 10_000  # rows a list counts before it says "10000+": 100 pages of 100
+RECENT_ROWS = 10_000  # newest rows a filter reads its values from
+
+
+class BoundedCountPaginator(Paginator):
+    """Count no further than COUNT_CAP rows; pages past them are reached by filtering.
+
+    Django's paginator runs COUNT(*) over the whole filtered table at every list page.
+    """
+
+    @cached_property
+    def counted(self) -> int:
+        return selectors.count_up_to(cast("QuerySet[Any]", self.object_list), COUNT_CAP + 1)  # the admin's list
+
+    @cached_property
+    def count(self) -> int:
+        return min(self.counted, COUNT_CAP)
+
+    @property
+    def more(self) -> bool:
+        """Whether there are rows past the ones counted (the templates add a "+")."""
+        return self.counted > COUNT_CAP
+
+
+class RecentValuesFilter(admin.AllValuesFieldListFilter):
+    """Offer the values of the newest RECENT_ROWS rows: Django's DISTINCT over all of them is a full scan.
+
+    A value only older rows hold can still be filtered on by its URL (?tool=...), or searched.
+    """
+
+    def __init__(
+        self,
+        field: Field,
+        request: HttpRequest,
+        params: dict[str, Any],
+        model: type[Model],
+        model_admin: admin.ModelAdmin,
+        field_path: str,
+    ) -> None:
+        super().__init__(field, request, params, model, model_admin, field_path)
+        # Read in Python: the database plans DISTINCT ... WHERE pk IN (newest) over the whole table.
+        newest = model._default_manager.order_by("-pk").values_list(field.name, flat=True)[:RECENT_ROWS]
+        values = sorted(set(newest), key=lambda value: (value is None, value))
+        self.lookup_choices = cast("QuerySet[Any]", values)  # the filter only iterates and measures it
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
+    paginator = BoundedCountPaginator
+    show_full_result_count = False  # a second COUNT(*), of the unfiltered table
+    show_facets = admin.ShowFacets.NEVER  # a count per filter choice, over the whole table
+
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
         """Return the row with its text repaired for display: every stored row must render."""
         if text.problem(object_id) is not None:  # no row has such an id (and PostgreSQL refuses NUL)
@@ -71,7 +126,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
     list_display = ("id", "agent", "status", "created_by", "created_at", "updated_at")
-    list_filter = ("status", "agent")
+    list_filter = ("status", ("agent", RecentValuesFilter))
     search_fields = ("id", "input")
 
 
@@ -85,14 +140,14 @@ class MessageAdmin(ReadOnlyAdmin):
 @admin.register(ToolCall)
 class ToolCallAdmin(ReadOnlyAdmin):
     list_display = ("run", "call_id", "name", "status", "hitl_mode", "executed_at")
-    list_filter = ("status", "name")
+    list_filter = ("status", ("name", RecentValuesFilter))
     search_fields = ("run__id", "call_id")
 
 
 @admin.register(Approval)
 class ApprovalAdmin(ReadOnlyAdmin):
     list_display = ("id", "tool", "mode", "status", "decided_by", "decided_at", "created_at")
-    list_filter = ("status", "mode", "tool")
+    list_filter = ("status", "mode", ("tool", RecentValuesFilter))
     search_fields = ("id", "run__id", "decided_by")
 
 
@@ -106,15 +161,22 @@ class RunEventAdmin(ReadOnlyAdmin):
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ("created_at", "actor", "action", "tool", "approval_id", "source", "outcome")
-    list_filter = ("outcome", "source", "action", "tool")
-    search_fields = ("actor", "on_behalf_of", "approval_id", "run_id")
-    date_hierarchy = "created_at"
+    list_filter = (
+        ("created_at", admin.DateFieldListFilter),  # not date_hierarchy, whose years are a DISTINCT over all rows
+        "outcome",
+        "source",
+        ("action", RecentValuesFilter),
+        ("tool", RecentValuesFilter),
+    )
+    # Whole values, each on its own index: a substring search reads every entry (0.7 s at a million).
+    search_fields = ("actor__exact", "on_behalf_of__exact", "approval_id__exact", "run_id__exact")
+    search_help_text = "A username (who decided, or on whose behalf), an approval id or a run id, whole."
 
 
 @admin.register(SideEffect)
 class SideEffectAdmin(ReadOnlyAdmin):
     list_display = ("tool", "idempotency_key", "created_at")
-    list_filter = ("tool",)
+    list_filter = (("tool", RecentValuesFilter),)
     search_fields = ("idempotency_key",)
 
 
@@ -128,5 +190,6 @@ class ApiTokenAdmin(ReadOnlyAdmin):
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
     list_display = ("id", "kind", "event_type", "target", "status", "attempts", "next_attempt_at", "created_at")
-    list_filter = ("kind", "status", "event_type")
-    search_fields = ("approval_id", "target")
+    list_filter = ("kind", "status", ("event_type", RecentValuesFilter))
+    search_fields = ("approval_id__exact",)  # indexed; a substring search reads every delivery
+    search_help_text = "An approval id, whole."
