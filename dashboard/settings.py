@@ -599,6 +599,13 @@ CELERY_BEAT_SCHEDULE["agentfast-deliveries"] = {
     "task": "agents.notify.tasks.deliveries_sweep",
     "schedule": AGENTFAST_SWEEP_SECONDS,
 }
+# Days a settled delivery (delivered, failed, superseded) is kept for the deliveries page; 0 keeps
+# them for ever. The audit keeps every decision regardless; a pending delivery is never pruned.
+AGENTFAST_DELIVERY_RETENTION_DAYS = _int("AGENTFAST_DELIVERY_RETENTION_DAYS", 90, minimum=0, maximum=36_500)
+CELERY_BEAT_SCHEDULE["agentfast-housekeeping"] = {
+    "task": "agents.notify.tasks.housekeeping",
+    "schedule": 3600,
+}
 # -- end of notifications ----------------------------------------------------------------------
 
 LOGGING = {

@@ -103,7 +103,7 @@ class OneClickLink(models.Model):
     approval_id = models.CharField(max_length=200, db_index=True)
     username = models.CharField(max_length=150)
     used_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)  # housekeeping deletes by it
 
     def __str__(self) -> str:
         return f"{self.username} {self.approval_id} ({'used' if self.used_at else 'unused'})"

@@ -241,6 +241,49 @@ def deliveries_resend_due(*, now: datetime | None = None) -> list[int]:
     return ids
 
 
+# A delivery that reached its end (delivered, failed, superseded): the one kind pruning deletes.
+SETTLED = (Delivery.Status.DELIVERED, Delivery.Status.FAILED, Delivery.Status.SUPERSEDED)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    deliveries: int
+    links: int
+
+
+def notifications_prune(
+    *, deliveries_before: datetime | None, links_before: datetime, batch: int = 1000, batches: int = 100
+) -> Pruned:
+    """Delete settled deliveries (with their attempts) created before `deliveries_before` (None: keep them all)
+    and one-click nonces issued before `links_before`, whose links no longer open anyway.
+
+    A pending delivery is kept whatever its age. Rows go `batch` at a time, each batch its own
+    transaction, so no delete holds the table (SQLite's one writer) for long; at most `batches`
+    of each per call: a first call over years of rows leaves the rest to the next.
+    """
+    deliveries = (
+        Delivery.objects.none()
+        if deliveries_before is None
+        else Delivery.objects.filter(status__in=SETTLED, created_at__lt=deliveries_before)
+    )
+    links = OneClickLink.objects.filter(created_at__lt=links_before)
+    return Pruned(
+        deliveries=_delete_in_batches(deliveries, batch, batches), links=_delete_in_batches(links, batch, batches)
+    )
+
+
+def _delete_in_batches(rows: QuerySet[Any], batch: int, batches: int) -> int:
+    deleted = 0
+    for _ in range(batches):
+        ids = list(rows.order_by("created_at", "pk").values_list("pk", flat=True)[:batch])
+        if not ids:
+            break
+        with transaction.atomic():
+            rows.model.objects.filter(pk__in=ids).delete()  # a delivery's attempts go with it (CASCADE)
+        deleted += len(ids)
+    return deleted
+
+
 def slacklink_set(*, username: str, slack_id: str) -> SlackLink:
     """Say which agentfast user a Slack user is (one Slack id per user, one user per Slack id)."""
     slack_id = slack_id.strip()
