@@ -75,3 +75,15 @@ def test_the_audit_search_matches_whole_names_and_ids(client_for, carol, alice):
     assert count >= 1
     assert f"{count} result" in results("alice") and f"{count} result" in results(run.id)
     assert "0 results" in results("ali")  # a part of a name: the indexes hold whole values
+
+
+@pytest.mark.parametrize(
+    "model", ["run", "message", "toolcall", "approval", "runevent", "auditentry", "sideeffect", "delivery"]
+)
+def test_every_search_matches_whole_values_on_an_index(client_for, carol, model):
+    with CaptureQueriesContext(connection) as queries:
+        response = client_for(carol).get(f"/admin/agents/{model}/", {"q": "run_x"})
+
+    assert response.status_code == 200
+    reads = [q["sql"] for q in queries.captured_queries if f"agents_{model}" in q["sql"]]
+    assert reads and not any("LIKE" in sql.upper() for sql in reads)  # a substring search reads every row
