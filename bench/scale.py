@@ -440,8 +440,12 @@ def _pages(long_run: str) -> dict[str, tuple[str, str]]:
         f"API approvals list (agent={AGENTS[3]})": (f"/api/approvals?status=pending&agent={AGENTS[3]}", "page"),
         f"API approvals list, offset {DEEP:,}": (f"/api/approvals?status=pending&offset={DEEP}", "page"),
         f"API approvals list, cursor at {DEEP:,}": (f"/api/approvals?status=pending&cursor={_deep_cursor()}", "page"),
+        # A search reads the text of every call it cannot rule out: no index serves a word inside text.
+        "inbox, search (a word every call holds)": ("/?q=refund", "page"),
+        "inbox, search (a word no call holds)": ("/?q=zzzz", "page"),
         "runs page": ("/runs", "page"),
         "runs page (status=suspended)": ("/runs?status=suspended", "page"),
+        "runs page, search (a word no run holds)": ("/runs?q=zzzz", "page"),
         "run page, 1,000 events": (f"/runs/{long_run}", "page"),
         "audit page": ("/audit", "audit"),
         f"audit filtered (person={PEOPLE[7]})": (f"/audit?person={PEOPLE[7]}", "audit"),

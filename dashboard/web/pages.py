@@ -86,8 +86,14 @@ def window(items: QuerySet[Any], request: HttpRequest, size: int, after: Keyset 
 
 
 def count_pages(page: Window, items: QuerySet[Any], *, size: int, cap: int) -> int:
-    """Count `items` up to `cap` + 1, a bounded read rather than a COUNT(*) of them all; under the cap, set page.pages."""
-    count = selectors.count_up_to(items, cap + 1)
+    """Count `items` up to `cap` + 1, a bounded read rather than a COUNT(*) of them all; under the cap, set page.pages.
+
+    A first page with nothing after it holds the whole list: its rows are the count. A search
+    matching a few calls, or none, is then read once rather than twice (each a scan of every
+    row the search cannot rule out).
+    """
+    whole = page.number == 1 and not page.has_next
+    count = len(page.object_list) if whole else selectors.count_up_to(items, cap + 1)
     if count <= cap:
         page.pages = max(1, -(-count // size))
     return count

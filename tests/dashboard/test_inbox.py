@@ -167,3 +167,25 @@ def test_it_counts_no_further_than_its_cap_and_pages_on_without_a_total(client_f
     # A bounded read, not a COUNT(*) of every pending approval.
     everything = Approval.objects.all()
     assert selectors.count_up_to(everything, 2) == 2 and selectors.count_up_to(everything, 9) == 3
+
+
+def test_a_search_whose_matches_fit_one_page_is_read_once(client_for, alice):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    [refund] = pending(start(REFUND))
+    pending(start("Ask a human whether to expedite order A1003"))
+    client = client_for(alice)
+
+    def approval_reads(query: dict[str, str]) -> tuple[str, list[str]]:
+        with CaptureQueriesContext(connection) as queries:
+            html = client.get("/", query).content.decode()
+        return html, [q["sql"] for q in queries.captured_queries if 'FROM "agents_approval"' in q["sql"]]
+
+    found, found_reads = approval_reads({"q": "A1001"})
+    none, none_reads = approval_reads({"q": "no call holds this"})
+
+    assert card_ids(found) == [refund.id] and 'data-count="1"' in found
+    assert card_ids(none) == [] and 'data-count="0"' in none
+    # Each search scans what it cannot rule out once: for its page, with no count after it.
+    assert not any("COUNT(" in sql for sql in found_reads + none_reads)

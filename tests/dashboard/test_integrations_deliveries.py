@@ -101,6 +101,7 @@ def test_it_lists_deliveries_a_page_at_a_time_without_counting_them_all(client_f
     from dashboard.integrations import deliveries as pages
 
     monkeypatch.setattr(pages, "COUNT_CAP", 3)
+    monkeypatch.setattr(pages, "PAGE_SIZE", 2)  # more than a page: counted (one page would be its own count)
     hook = Target(Delivery.Kind.WEBHOOK, "http://127.0.0.1:9/hook", {"n": 1})
     notify_services.deliveries_open(event_type="approval.required", approval_id="", targets=[hook] * 5)
 
