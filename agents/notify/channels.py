@@ -81,11 +81,15 @@ def _post(url: str, content: bytes, headers: dict[str, str]) -> int:
 async def _post_within(url: str, content: bytes, headers: dict[str, str], seconds: float) -> int:
     try:
         with anyio.fail_after(seconds):
-            async with httpx.AsyncClient(timeout=TIMEOUT) as client:
-                response = await client.post(url, content=content, headers=headers)
+            async with (
+                httpx.AsyncClient(timeout=TIMEOUT) as client,
+                # Only the status counts: a body is never read, so a slow or endless one (a URL
+                # pointing at a download) neither fails an answered attempt nor fills the worker.
+                client.stream("POST", url, content=content, headers=headers) as response,
+            ):
+                return response.status_code
     except TimeoutError:
         raise TimeoutError(f"the receiver's answer took longer than {seconds:g} s") from None
-    return response.status_code
 
 
 # -- webhooks ------------------------------------------------------------------------------
