@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import F, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
 from agents import text
@@ -264,7 +264,10 @@ def notifications_prune(
     deliveries = (
         Delivery.objects.none()
         if deliveries_before is None
-        else Delivery.objects.filter(status__in=SETTLED, created_at__lt=deliveries_before)
+        # Aged from its last attempt: one redelivered today is what the page shows of it today.
+        else Delivery.objects.filter(status__in=SETTLED, created_at__lt=deliveries_before).exclude(
+            Exists(DeliveryAttempt.objects.filter(delivery=OuterRef("pk"), created_at__gte=deliveries_before))
+        )
     )
     links = OneClickLink.objects.filter(created_at__lt=links_before)
     return Pruned(
@@ -275,11 +278,13 @@ def notifications_prune(
 def _delete_in_batches(rows: QuerySet[Any], batch: int, batches: int) -> int:
     deleted = 0
     for _ in range(batches):
-        ids = list(rows.order_by("created_at", "pk").values_list("pk", flat=True)[:batch])
+        with transaction.atomic():
+            # Chosen and deleted under the rows' locks, the filter applied again: a row a Redeliver
+            # made pending between a read and a delete by id alone would be deleted under it.
+            ids = list(rows.select_for_update().order_by("created_at", "pk").values_list("pk", flat=True)[:batch])
+            rows.filter(pk__in=ids).delete()  # a delivery's attempts go with it (CASCADE)
         if not ids:
             break
-        with transaction.atomic():
-            rows.model.objects.filter(pk__in=ids).delete()  # a delivery's attempts go with it (CASCADE)
         deleted += len(ids)
     return deleted
 
@@ -323,6 +328,11 @@ def oneclick_use(*, nonce: str, approval_id: str, username: str) -> bool:
             nonce=nonce, approval_id=approval_id, username=username, used_at__isnull=True
         ).update(used_at=timezone.now())
     )
+
+
+def oneclick_release(*, nonce: str, approval_id: str, username: str) -> None:
+    """Give a spent nonce back: the press it was spent on was refused, and decided nothing."""
+    OneClickLink.objects.filter(nonce=nonce, approval_id=approval_id, username=username).update(used_at=None)
 
 
 def audit_refused_request(*, attempt: Attempt, action: str, reason: str, approval_id: str = "") -> None:

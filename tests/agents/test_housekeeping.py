@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
 from django.conf import settings
 from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
+from django.db import connection
 from django.utils import timezone
 
-from agents.notify import tasks
+from agents import services
+from agents.models import AuditEntry
+from agents.notify import dispatch, tasks
 from agents.notify.channels import ONE_CLICK_MAX_AGE
 from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink
 from agents.services import notify as notify_services
@@ -29,7 +33,9 @@ def _delivery(status: str, *, days_old: float, attempts: int = 1) -> Delivery:
     )
     for _ in range(attempts):
         DeliveryAttempt.objects.create(delivery=delivery, status_code=200)
-    Delivery.objects.filter(pk=delivery.pk).update(created_at=timezone.now() - timedelta(days=days_old))
+    then = timezone.now() - timedelta(days=days_old)
+    Delivery.objects.filter(pk=delivery.pk).update(created_at=then)
+    DeliveryAttempt.objects.filter(delivery=delivery).update(created_at=then)
     return delivery
 
 
@@ -104,3 +110,71 @@ def test_beat_runs_it():
     entry = settings.CELERY_BEAT_SCHEDULE["agentfast-housekeeping"]
 
     assert entry["task"] == tasks.housekeeping.name and entry["task"] in app.tasks  # a name the worker knows
+
+
+def _old_failed_webhook() -> Delivery:
+    delivery = _delivery(Status.FAILED, days_old=120)
+    Delivery.objects.filter(pk=delivery.pk).update(attempts=16)
+    DeliveryAttempt.objects.filter(delivery=delivery).update(created_at=timezone.now() - timedelta(days=119))
+    return delivery
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delivery_redelivered_while_the_prune_runs_is_not_deleted(carol):
+    from tests.support.threads import started
+
+    delivery = _old_failed_webhook()
+    admin = services.Attempt(actor="carol", source=AuditEntry.Source.WEB)
+    outcome: list[str] = []
+
+    def press() -> None:  # the admin's Redeliver, from a web process: its own connection
+        try:
+            notify_services.delivery_redeliver(delivery_id=delivery.pk, attempt=admin)
+            outcome.append("redelivered")
+        except services.NotFound:
+            outcome.append("not found")
+
+    def redeliver_right_after_the_prune_read_its_ids(execute, sql, params, many, context):  # noqa: ANN001, ANN202
+        result = execute(sql, params, many, context)
+        if not outcome and sql.lstrip().upper().startswith("SELECT") and '"agents_delivery"' in sql:
+            started(press).join(timeout=3)  # lands between the prune's read and its delete (or waits for its lock)
+            outcome.append("pressed")
+        return result
+
+    with connection.execute_wrapper(redeliver_right_after_the_prune_read_its_ids):
+        notify_services.notifications_prune(
+            deliveries_before=timezone.now() - timedelta(days=90), links_before=timezone.now() - timedelta(days=2)
+        )
+    for _ in range(100):
+        if len(outcome) == 2:
+            break
+        time.sleep(0.1)
+
+    if "redelivered" in outcome:  # the admin was told it is sent again, and it is audited so...
+        assert AuditEntry.objects.filter(action="redeliver").count() == 1
+        # ...so it must still be there, pending, for the worker the redeliver enqueued.
+        assert Delivery.objects.get(pk=delivery.pk).status == Status.PENDING
+        assert dispatch.send(delivery.pk) != "skipped"
+    else:
+        assert outcome == ["pressed", "not found"]
+
+
+def test_an_old_delivery_redelivered_today_is_kept_as_long_from_its_last_attempt(
+    carol, settings, django_capture_on_commit_callbacks
+):
+    settings.AGENTFAST_DELIVERY_RETENTION_DAYS = 90
+    delivery = _old_failed_webhook()  # created 120 days ago; its receiver has since been mended
+    with django_capture_on_commit_callbacks(execute=False):
+        notify_services.delivery_redeliver(
+            delivery_id=delivery.pk, attempt=services.Attempt(actor="carol", source=AuditEntry.Source.WEB)
+        )
+    claimed = notify_services.delivery_claim(delivery_id=delivery.pk)
+    assert claimed is not None
+    notify_services.delivery_record(
+        delivery=claimed, ok=False, status_code=500, error="HTTP 500", duration_ms=3, final=True
+    )
+    assert Delivery.objects.get(pk=delivery.pk).status == Status.FAILED  # it failed again, today
+
+    tasks.housekeeping()  # beat's next run, minutes later
+
+    assert Delivery.objects.filter(pk=delivery.pk).exists()  # its attempt today is what the page shows of it
