@@ -110,12 +110,14 @@ def _decide(request: HttpRequest, link: Link, context: dict[str, Any]) -> HttpRe
     except (services.AlreadyDecided, services.WrongState):
         link.approval.refresh_from_db()
         return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
-    except services.DigestMismatch:
-        return render(request, TEMPLATE, {**context, "refused": CHANGED}, status=409)
-    except services.InvalidInput as exc:
-        return render(request, TEMPLATE, {**context, "refused": exc.message}, status=422)
-    except (services.NotPermitted, services.NotFound) as exc:  # outside the call's approvers, four eyes: audited
-        return render(request, TEMPLATE, {**context, "refused": exc.message}, status=403)
+    except (services.DigestMismatch, services.InvalidInput, services.NotPermitted, services.NotFound) as exc:
+        # Refused, nothing decided: the press gives its use back, so the mail's other link (Reject
+        # after a refused Approve) still works, as the same buttons in Slack do.
+        notify_services.oneclick_release(nonce=link.nonce, approval_id=link.approval.id, username=link.username)
+        if isinstance(exc, services.DigestMismatch):
+            return render(request, TEMPLATE, {**context, "refused": CHANGED}, status=409)
+        status = 422 if isinstance(exc, services.InvalidInput) else 403  # 403: outside the approvers, four eyes
+        return render(request, TEMPLATE, {**context, "refused": exc.message}, status=status)
     link.approval.refresh_from_db()
     if link.approval.status == Approval.Status.PENDING:  # a vote short of the quorum: the call still waits
         return render(request, TEMPLATE, {**context, "outcome": vote_line(link.approval, link.username)})

@@ -25,7 +25,7 @@ from agents.notify import channels, dispatch
 from agents.notify.models import Delivery
 from agents.services import notify as notify_services
 from tests.support.flows import decide, pending, start
-from tests.support.reach import mailed_links, slack_signed
+from tests.support.reach import confirm_link, mailed_links, slack_signed
 from tests.support.receiver import Receiver
 from tests.support.threads import started
 
@@ -77,15 +77,6 @@ def _paused(capture: Callable[..., Any], prompt: str = REFUND) -> Approval:
     return pending(run)[0]
 
 
-def _confirm(client: Client, path: str) -> tuple[int, str]:
-    page = client.get(path)
-    if page.status_code != 200:
-        return page.status_code, page.content.decode()
-    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.content).group(1).decode()
-    answer = client.post(path, {"csrfmiddlewaretoken": token})
-    return answer.status_code, answer.content.decode()
-
-
 def _press(message: dict[str, Any], decision: str, slack_id: str, capture: Callable[..., Any]) -> HttpResponse:
     """Press a button of a posted message, as Slack reports it: the action, its block and value."""
     block = next(block for block in message["blocks"] if block["type"] == "actions")
@@ -110,7 +101,7 @@ def test_it_refuses_a_mailed_approve_link_once_another_reviewer_edited_the_argum
     # Alice approves 25.00 edited to 40.00: one of the two approvals the quorum needs.
     decide(approval, "approved", by="alice", arguments=EDITED)
 
-    status, content = _confirm(Client(enforce_csrf_checks=True), links["approved"])
+    status, content = confirm_link(Client(enforce_csrf_checks=True), links["approved"])
 
     assert status == 400 and "The call changed since this mail was sent" in content
     assert Approval.objects.get(pk=approval.pk).status == "pending"
@@ -135,7 +126,7 @@ def test_it_mails_a_reminder_with_the_edited_arguments_and_its_link_approves_the
     assert '"amount_cents": 4000' in reminder.body  # what an approval now approves, not the model's 2500
     page = Client().get(mailed_links(reminder)["approved"])
     assert page.status_code == 200 and b"4000" in page.content and b"2500" not in page.content
-    status, _ = _confirm(Client(enforce_csrf_checks=True), mailed_links(reminder)["approved"])
+    status, _ = confirm_link(Client(enforce_csrf_checks=True), mailed_links(reminder)["approved"])
     approval.refresh_from_db()
     assert status == 200 and (approval.status, approval.arguments) == ("approved", EDITED)
 

@@ -16,7 +16,7 @@ from agents.models import Approval, AuditEntry
 from agents.notify import dispatch
 from agents.notify.models import Delivery
 from tests.support.flows import decide, pending, start
-from tests.support.reach import mailed_links
+from tests.support.reach import confirm_link, mailed_links
 
 REFUND = "Refund order A1001 for 25.00 USD"
 CONFIG = """
@@ -55,15 +55,6 @@ def _paused_and_mailed(capture: Callable[..., object]) -> Approval:
     return pending(run)[0]
 
 
-def _confirm(client: Client, path: str) -> tuple[int, str]:
-    """Open a link (a GET) and press the confirmation page's button (a POST with its CSRF token)."""
-    page = client.get(path)
-    assert page.status_code == 200, page.content
-    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.content).group(1).decode()
-    answer = client.post(path, {"csrfmiddlewaretoken": token})
-    return answer.status_code, answer.content.decode()
-
-
 def test_it_mails_the_call_in_plain_words_with_a_link_to_the_approval(mailed, erin, django_capture_on_commit_callbacks):
     approval = _paused_and_mailed(django_capture_on_commit_callbacks)
     [message] = mail.outbox  # only erin: the other reviewers have no address
@@ -86,7 +77,7 @@ def test_it_decides_on_the_confirming_post_and_refuses_a_second_use(mailed, erin
     assert approval.status == "pending"  # a GET never decides
 
     assert client.post(links["approved"]).status_code == 403  # no CSRF token: refused
-    status, _ = _confirm(client, links["approved"])
+    status, _ = confirm_link(client, links["approved"])
     approval.refresh_from_db()
     assert status == 200 and (approval.status, approval.decided_by) == ("approved", "erin")
     assert AuditEntry.objects.get(outcome="decided").source == "email"
@@ -153,7 +144,7 @@ def test_it_refuses_a_link_of_a_reviewer_outside_the_calls_approvers(
 ):
     agent_config(CONFIG.replace("hitl_mode: suspend}", "hitl_mode: suspend, approvers: [finance]}"))
     approval = _paused_and_mailed(django_capture_on_commit_callbacks)
-    status, content = _confirm(Client(enforce_csrf_checks=True), mailed_links(mail.outbox[0])["approved"])
+    status, content = confirm_link(Client(enforce_csrf_checks=True), mailed_links(mail.outbox[0])["approved"])
     assert status == 403 and "not among the approvers" in content
     assert Approval.objects.get(pk=approval.pk).status == "pending"
     assert AuditEntry.objects.get().outcome == "not_permitted"
@@ -165,7 +156,7 @@ def test_it_says_a_vote_short_of_the_quorum_is_counted_and_the_call_still_waits(
     agent_config(CONFIG.replace("hitl_mode: suspend}", "hitl_mode: suspend, quorum: 2}"))
     approval = _paused_and_mailed(django_capture_on_commit_callbacks)
 
-    status, content = _confirm(Client(enforce_csrf_checks=True), mailed_links(mail.outbox[0])["approved"])
+    status, content = confirm_link(Client(enforce_csrf_checks=True), mailed_links(mail.outbox[0])["approved"])
 
     assert Approval.objects.get(pk=approval.pk).status == "pending"
     assert status == 200 and "was pending" not in content

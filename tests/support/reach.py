@@ -1,4 +1,4 @@
-"""What tests of mailed links and Slack buttons share: the links a mail carries, a request Slack signs."""
+"""What tests of mailed links and Slack buttons share: the links a mail carries, pressing one, a request Slack signs."""
 
 from __future__ import annotations
 
@@ -8,12 +8,23 @@ import re
 import time
 
 from django.core import mail
+from django.test import Client
 
 
 def mailed_links(message: mail.EmailMessage) -> dict[str, str]:
     """Return the paths of a mail's one-click links, by the decision each takes."""
     found = dict(re.findall(r"(Approve|Reject): +http://localhost:8321(/integrations/email/\S+)", message.body))
     return {"approved": found["Approve"], "rejected": found["Reject"]}
+
+
+def confirm_link(client: Client, path: str) -> tuple[int, str]:
+    """Open a mailed link's page and press its button, as its recipient would; return the answer's status and text."""
+    page = client.get(path)
+    if page.status_code != 200:
+        return page.status_code, page.content.decode()
+    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.content).group(1).decode()
+    answer = client.post(path, {"csrfmiddlewaretoken": token})
+    return answer.status_code, answer.content.decode()
 
 
 def slack_signed(body: bytes, *, secret: str, at: int | None = None) -> dict[str, str]:
