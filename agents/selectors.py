@@ -368,10 +368,13 @@ def audit_people() -> list[str]:
 
 def audit_tools() -> list[str]:
     """Return the tools a decision may be about: those registered and those the policy lists, sorted."""
-    from agents.policy.config import get_policy
+    from agents.policy.config import ConfigError, get_policy
     from agents.tools.registry import registry
 
-    policy = get_policy()
+    try:
+        policy = get_policy()
+    except ConfigError:  # a half-saved file: the registered tools still filter (any name does, by URL)
+        return sorted(registry.names())
     listed = set(policy.tool_overrides)
     for agent in policy.agents.values():
         listed |= set(agent.tool_overrides)

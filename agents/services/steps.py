@@ -257,6 +257,7 @@ def _approval_required(
         "approval_id": ids.approval_id(call.run_id, call.call_id),
         "mode": call.hitl_mode,
         "request": request,
+        "arguments_digest": arguments_digest(call.arguments),  # what a decision from this event is bound to
         **_policy_data(verdict),
     }
     if suspended:

@@ -99,6 +99,12 @@ def pretty_json(value: Any) -> str:
 
 
 @register.filter
+def shown(value: Any) -> str:
+    """Return model- or agent-written text with its hiding and reordering characters escaped (as shown_text)."""
+    return shown_text(text.repair(str(value)))
+
+
+@register.filter
 def compact_json(value: Any) -> str:
     """Return one-line JSON as plain text, for tables."""
     return shown_json(value)

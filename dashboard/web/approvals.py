@@ -208,6 +208,8 @@ def approval_decide(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
     # is not shown again, so what they typed is, to copy.
     shut_out = status == 403 and not getattr(approval, "decidable", True)
     unrecorded = _unrecorded(form) if conflict or shut_out else []
+    if status == 409 and refusal and form.is_valid():  # the arguments changed: the editor shows the new ones
+        unrecorded = [(label, words) for label, words in _unrecorded(form) if label == "Your arguments"]
     if status == 200:
         form = DecisionForm(approval=approval)  # a fresh form: the current arguments and their digest
     elif status != 422:

@@ -24,7 +24,10 @@ ACCOUNT_CHARS = cast(int, User._meta.get_field("username").max_length)  # an age
 @reviewer_required
 def policy_list(request: HttpRequest) -> HttpResponse:
     """List every tool an agent uses, with what its calls need."""
-    policy = get_policy()
+    try:
+        policy = get_policy()
+    except ConfigError as exc:
+        return _unreadable(request, exc)
     names = sorted({name for agent in policy.agents.values() for name in agent.tools} | set(policy.tool_overrides))
     tools = [_tool_summary(name, policy.tool_policy(name), name in policy.tool_overrides) for name in names]
     return render(request, "dashboard/policy.html", {"tools": tools, "version": policy.version, "path": policy.path})
@@ -38,7 +41,10 @@ def policy_tool(request: HttpRequest, tool: str) -> HttpResponse:
     An external tool (listed in the file, registered by no module: external agents' calls to it go
     through the gate) is checked as the gate would judge an agent account's call (&account=…).
     """
-    policy = get_policy()
+    try:
+        policy = get_policy()
+    except ConfigError as exc:
+        return _unreadable(request, exc)
     external = tool not in registry.tools
     if external and tool not in policy.tool_overrides:
         raise Http404("No such tool.")
@@ -62,6 +68,12 @@ def policy_tool(request: HttpRequest, tool: str) -> HttpResponse:
             context["error"] = getattr(exc, "message", None) or str(exc)
             status = 400
     return render(request, "dashboard/policy_tool.html", context, status=status)
+
+
+def _unreadable(request: HttpRequest, exc: ConfigError) -> HttpResponse:
+    """Say why there is no policy to show: the file cannot be read (a half-saved edit)."""
+    context = {"tools": [], "version": "", "path": "", "config_error": str(exc)}
+    return render(request, "dashboard/policy.html", context)
 
 
 def _check(tool: str, raw: str, agent: str, account: str) -> Any:

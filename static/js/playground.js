@@ -310,6 +310,8 @@
   function decision(card, data, verdict) {
     // Feedback goes whatever the decision: the server refuses an approval with it, saying so, rather than drop it.
     var body = { decision: verdict, note: card.querySelector(".pg-note").value, auto_resume: false };
+    // Bound to the arguments this card shows: a quorum vote that edited them meanwhile makes it a 409.
+    if (data.arguments_digest) body.expect_digest = data.arguments_digest;
     var feedback = card.querySelector(".pg-feedback").value;
     if (verdict === "rejected" || feedback.trim()) body.feedback = feedback;
     if (verdict === "rejected") return body;
@@ -357,7 +359,7 @@
       }
       return maybeResume();
     }
-    if (answer.approval) {
+    if (answer.approval && answer.approval.status !== "pending") {
       var typed = typedOn(card);
       decided(approval, answer.approval.status, answer.approval.decided_by, answer.approval.note); // it stands
       unrecorded(card, typed);
