@@ -407,6 +407,18 @@ def sideeffect_list() -> QuerySet[SideEffect]:
     return SideEffect.objects.order_by("created_at", "id")
 
 
+def username_as_spelled(name: str) -> str:
+    """Return the one user's own spelling of a name typed in another case ("Alice" for alice), else the name.
+
+    Names are unique ignoring case, and four eyes compares a run's starter with a decider exactly:
+    a run recorded as started by "Alice" would let alice decide it.
+    """
+    if User.objects.filter(username=name).exists():
+        return name
+    matches = list(User.objects.filter(username__iexact=name).values_list("username", flat=True)[:2])
+    return matches[0] if len(matches) == 1 else name
+
+
 def user_get_active_by_name(username: str) -> User | None:
     """Return the active user with exactly this name (someone a decision may be recorded for), or None."""
     return User.objects.filter(username=username, is_active=True).first()

@@ -55,7 +55,7 @@ def register(groups: Any) -> None:
 def _start(args: argparse.Namespace) -> None:
     from agents import runtime, selectors, services
 
-    created_by = person(args.by or getpass.getuser())
+    created_by = selectors.username_as_spelled(person(args.by or getpass.getuser()))
     if not args.inline:
         _require_broker()
     run = services.run_create(

@@ -186,9 +186,17 @@ def evaluate(
             )
         if problem:
             failures.append(f"rule {rule.name!r} gave no time ({problem}): a person decides instead")
-        return replace(base, action="ask", rule=rule.name, reason=said(""))
+        # A person decides, as the ask rules (or the tool) say: never fewer than without this rule.
+        unscheduled = rule
+        break
+    else:
+        unscheduled = None
+    # An agent's own entry may raise the quorum (config.floor): a file rule's own quorum must not undo that.
+    own = agent.tool_overrides.get(facts.tool) if agent is not None else None
+    raised = own.quorum if own is not None and own.gated else 1
     for rule in (r for r in tool.rules if r.action == "ask" and matches(r)):
         approvers, quorum = _askers(rule, base.approvers, base.quorum)
+        quorum = max(quorum, raised)
         return replace(
             base,
             action="ask",
@@ -198,6 +206,8 @@ def evaluate(
             quorum=quorum,
             **rule_deadline(rule, base),
         )
+    if unscheduled is not None:
+        return replace(base, action="ask", rule=unscheduled.name, reason=said(""))
     return replace(base, reason=said(""))
 
 

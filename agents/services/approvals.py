@@ -208,7 +208,12 @@ def _check_permitted(approval: Approval, decision: str, attempt: Attempt, rememb
     if remember is None:
         return
     # Refuse the whole decision when it cannot be remembered: nobody may believe a grant exists that does not.
-    reason = grants.refusal(approval=approval, decision=decision, decider=attempt.decider)
+    if attempt.on_behalf_of:
+        # A grant decides later calls as its author alone (four eyes are checked against that author):
+        # one relayed in someone else's name would let the relayer decide them, their own runs' too.
+        reason = "a decision relayed in someone else's name: they remember it themselves"
+    else:
+        reason = grants.refusal(approval=approval, decision=decision, decider=attempt.decider)
     if reason is not None:
         message = f"this decision cannot be remembered: {reason}"
         detail = {"error": message, "remember": {"scope": remember.scope, "for_seconds": remember.seconds}}

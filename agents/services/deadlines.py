@@ -122,6 +122,10 @@ def approval_deadline_fire(*, approval_id: str) -> str:
                     approval=approval, actor="system", reason=f"the policy now refuses it: {verdict.reason}"
                 )
                 return "expired"
+            if outcome == Approval.OnTimeout.RUN and verdict.action == "ask":
+                # Its schedule was the policy's leave to run it unasked: a policy that now asks a person takes it back.
+                approval_expire(approval=approval, actor="system", reason=_no_longer_approved(verdict))
+                return "expired"
             if outcome == Approval.OnTimeout.APPROVE and not _clock_approves(verdict):
                 approval_expire(approval=approval, actor="system", reason=_no_longer_approved(verdict))
                 return "expired"
