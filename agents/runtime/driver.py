@@ -71,7 +71,15 @@ def drive(
             status = _drive_through_database_blips(run, owner, on_delta=on_delta, stream=stream)
         except LeaseLost as exc:
             logger.warning("stopped driving %s: %s", run_id, exc)
-        except (ModelError, ConfigError) as exc:
+        except ConfigError as exc:
+            if _policy_unreadable():
+                # A half-saved agentfast.yaml is passing, as decisions and deadlines take it: the
+                # lease runs out and the sweeper drives the run again once the file reads.
+                logger.error("could not drive %s: %s; it is driven again once its lease runs out", run_id, exc)
+            else:
+                services.run_fail(run_id=run_id, owner=owner, error=str(exc))
+                status = Run.Status.FAILED
+        except ModelError as exc:
             services.run_fail(run_id=run_id, owner=owner, error=str(exc))
             status = Run.Status.FAILED
         except Exception as exc:
@@ -79,6 +87,15 @@ def drive(
             services.run_fail(run_id=run_id, owner=owner, error=f"internal error: {type(exc).__name__}: {exc}")
             status = Run.Status.FAILED
     return DriveResult(run_id=run_id, driven=True, status=status)
+
+
+def _policy_unreadable() -> bool:
+    """Return whether agentfast.yaml cannot be read now (not: the run's agent is gone from it)."""
+    try:
+        get_policy()
+    except ConfigError:
+        return True
+    return False
 
 
 # Pauses before driving again after the database dropped a connection (a restart, a failover):
