@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import os
 from datetime import UTC, datetime
@@ -30,6 +31,9 @@ TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 # byte every few seconds would hold a worker's thread for ever (Celery's time limits do not
 # apply to the threads pool), and the sweeper starts another attempt each minute.
 ATTEMPT_SECONDS = 30.0
+# An answer's body is read only this far, and only this long, after its status.
+DRAIN_BYTES = 64 * 1024
+DRAIN_SECONDS = 1.0
 # Standard Webhooks' shortest secret: a key anyone can guess lets anyone sign events receivers accept.
 MIN_SECRET_BYTES = 24
 # Slack's signing secrets are 32 hex characters: a shorter one was typed by hand ("changeme"), and a
@@ -83,13 +87,25 @@ async def _post_within(url: str, content: bytes, headers: dict[str, str], second
         with anyio.fail_after(seconds):
             async with (
                 httpx.AsyncClient(timeout=TIMEOUT) as client,
-                # Only the status counts: a body is never read, so a slow or endless one (a URL
-                # pointing at a download) neither fails an answered attempt nor fills the worker.
+                # Only the status counts: a slow or endless body (a URL pointing at a download)
+                # must neither fail an answered attempt nor fill the worker.
                 client.stream("POST", url, content=content, headers=headers) as response,
             ):
+                await _drain(response)
                 return response.status_code
     except TimeoutError:
         raise TimeoutError(f"the receiver's answer took longer than {seconds:g} s") from None
+
+
+async def _drain(response: httpx.Response) -> None:
+    """Read what a short answer holds, briefly, so the connection closes cleanly (one closed with
+    unread bytes is reset, which receivers log as an error); never more than DRAIN_BYTES."""
+    read = 0
+    with anyio.move_on_after(DRAIN_SECONDS), contextlib.suppress(httpx.HTTPError):
+        async for chunk in response.aiter_raw():
+            read += len(chunk)
+            if read >= DRAIN_BYTES:
+                return
 
 
 # -- webhooks ------------------------------------------------------------------------------

@@ -40,10 +40,12 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+
+from tests.support.receiver import QuietServer
 
 MODEL = "test-model"
 ToolCallSpec = tuple[str, str, str]  # (id, name, arguments JSON text, sent as is)
@@ -110,8 +112,7 @@ class FakeOpenAI:
         self._requests: list[dict[str, Any]] = []
         self.peers: list[tuple[str, int]] = []  # the client's address of each request: one per connection kept
         self.errors: list[str] = []
-        self.httpd = ThreadingHTTPServer((host, port), _handler_for(self))
-        self.httpd.daemon_threads = True
+        self.httpd = QuietServer((host, port), _handler_for(self))
         # A short poll interval: shutdown() waits up to one, after every test.
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), name="fake-openai", daemon=True)
 

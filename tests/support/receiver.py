@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A test server that says nothing when a client hangs up (a worker killed, a connection
+    reset): socketserver prints each such one as a traceback into the suite's output."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 @dataclass
@@ -28,7 +40,7 @@ class Receiver:
     answer: int | None = None  # the status every request gets (None: 204, or 400 for a bad signature)
     hold: threading.Event | None = None  # a slow receiver: each request is answered once this is set (10 s at most)
     received: list[Received] = field(default_factory=list)
-    _server: ThreadingHTTPServer | None = None
+    _server: QuietServer | None = None
 
     def __post_init__(self) -> None:
         if not self.port:
@@ -56,8 +68,8 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        ThreadingHTTPServer.allow_reuse_address = True
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        QuietServer.allow_reuse_address = True
+        self._server = QuietServer(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
