@@ -28,6 +28,7 @@ import functools
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -188,6 +189,14 @@ def scope_wants_stream(scope: Scope) -> bool:
     return any(name.lower() == b"accept" and b"text/event-stream" in value for name, value in scope.get("headers", []))
 
 
+_WAIT_PATH = re.compile(r"/api/approvals/[^/]+/wait")
+
+
+def scope_is_long_poll(scope: Scope) -> bool:
+    """Return whether the request is an external call's wait: a long poll, held as long as a stream."""
+    return scope.get("method") in ("GET", "HEAD") and _WAIT_PATH.fullmatch(scope.get("path", "")) is not None
+
+
 class SharedStreamThread:
     """Run the thread-sensitive calls of SSE requests on one shared thread, not one per stream.
 
@@ -199,7 +208,7 @@ class SharedStreamThread:
         self.application = application
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope_wants_stream(scope):
+        if scope["type"] != "http" or not (scope_wants_stream(scope) or scope_is_long_poll(scope)):
             return await self.application(scope, receive, send)
         # Django's own (inner) ThreadSensitiveContext reuses this one.
         async with ThreadSensitiveContext(executor=_STREAM_EXECUTOR):

@@ -148,7 +148,13 @@ class Gateway:
             tool=policy_tool,
             args=arguments,
             agent=self.options.server,
-            run={"id": run, "agent": self.options.server, "created_by": self.options.owner, "input": ""},
+            # As gate_call sees the session's run: its input is the session (a rule may test run.input).
+            run={
+                "id": run,
+                "agent": self.options.server,
+                "created_by": self.options.owner,
+                "input": self.options.session,
+            },
             now=now,
             account=self.options.owner,
         )

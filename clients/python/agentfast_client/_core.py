@@ -30,6 +30,8 @@ MAX_WAIT_SECONDS = 60  # the server's longest single wait
 RETRY_SECONDS = 120.0
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 MAX_PAUSE_SECONDS = 5.0
+MAX_ERROR_CHARS = 10_000  # what agentfast keeps of a reported error
+TOO_LARGE = 413
 
 
 class GateError(Exception):
@@ -206,9 +208,22 @@ def _report_request(ok: bool, result: Any, error: str) -> dict[str, Any]:
 
     httpx's `json=` encodes UTF-8 and fails on one (a file name read with surrogateescape,
     say) after the call ran; agentfast repairs it to U+FFFD, as NUL, rather than lose the result.
+    The error is cut where agentfast cuts it: sent whole, a long one could make the body too large.
     """
-    body = json.dumps({"ok": ok, "result": _outcome(result), "error": error}, allow_nan=False)
+    body = json.dumps({"ok": ok, "result": _outcome(result), "error": error[:MAX_ERROR_CHARS]}, allow_nan=False)
     return {"content": body, "headers": {"Content-Type": "application/json"}}
+
+
+def _too_large(request: dict[str, Any]) -> dict[str, Any]:
+    """Return a report whose result, too large for one request body, is replaced by a note of its size.
+
+    The call ran: its outcome (ok or not, and the error) must still be stored, or the call
+    would be marked in doubt and a person asked to check a call that did what it should.
+    """
+    sent = json.loads(request["content"])
+    size = len(request["content"])
+    note = f"(a result of {size} bytes: too large to report; the caller got it, agentfast kept this note)"
+    return _report_request(sent["ok"], note, sent["error"])
 
 
 def _gate_request(body: dict[str, Any]) -> dict[str, Any]:
@@ -292,6 +307,29 @@ def _unbound(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+_GATE_KEYWORDS = ("call_id", "session")
+
+
+def _gate_keywords(fn: Callable[..., Any]) -> Callable[[dict[str, Any]], tuple[str | None, str | None]]:
+    """Return what takes the guard's own keywords (`call_id`, `session`) out of a call's keywords.
+
+    A keyword the function takes itself is the function's: taken as the guard's, the function
+    ran with its default while the reviewer saw (and approved) that default, not what was passed.
+    """
+    own = {
+        parameter.name
+        for parameter in inspect.signature(fn).parameters.values()
+        if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    }
+    mine = [name for name in _GATE_KEYWORDS if name not in own]
+
+    def take(kwargs: dict[str, Any]) -> tuple[str | None, str | None]:
+        found = {name: kwargs.pop(name) for name in mine if name in kwargs}
+        return found.get("call_id"), found.get("session")
+
+    return take
+
+
 class _Base:
     def __init__(
         self,
@@ -367,7 +405,12 @@ class Gate(_Base):
     def report(self, approval_id: str, *, ok: bool, result: Any = None, error: str = "") -> dict[str, Any]:
         """Store what the claimed call did (once; the same report again is fine)."""
         request = _report_request(ok, result, error)
-        return self._send("POST", f"/api/approvals/{approval_id}/result", **request)
+        try:
+            return self._send("POST", f"/api/approvals/{approval_id}/result", **request)
+        except GateError as exc:
+            if exc.status != TOO_LARGE:
+                raise
+            return self._send("POST", f"/api/approvals/{approval_id}/result", **_too_large(request))
 
     def require(self, tool: str, args: dict[str, Any], *, session: str | None = None, call_id: str | None = None,
                 description: str = "", metadata: dict[str, Any] | None = None,
@@ -403,15 +446,18 @@ class Gate(_Base):
         """Decorate a function so each call is gated, waited on, claimed, run once and reported.
 
         The decorated function takes two extra keyword arguments: `call_id` (default: a digest
-        of the tool and arguments, so the same call returns the stored result) and `session`.
+        of the tool and arguments, so the same call returns the stored result) and `session`,
+        unless it has a parameter of that name itself: then the keyword is its own.
         """
 
         def decorate(fn: F) -> F:
             name = tool or fn.__name__
             call = _unbound(fn)  # the approved arguments, back into fn's own signature
+            take = _gate_keywords(fn)
 
             @functools.wraps(fn)
-            def guarded(*args: Any, call_id: str | None = None, session: str | None = None, **kwargs: Any) -> Any:
+            def guarded(*args: Any, **kwargs: Any) -> Any:
+                call_id, session = take(kwargs)
                 arguments = _bound(fn, args, kwargs)
                 desc = description or (fn.__doc__ or "").strip()
                 permit = self.require(name, arguments, session=session, call_id=call_id, description=desc)
@@ -469,7 +515,12 @@ class AsyncGate(_Base):
     async def report(self, approval_id: str, *, ok: bool, result: Any = None, error: str = "") -> dict[str, Any]:
         """Store what the claimed call did (once; the same report again is fine)."""
         request = _report_request(ok, result, error)
-        return await self._send("POST", f"/api/approvals/{approval_id}/result", **request)
+        try:
+            return await self._send("POST", f"/api/approvals/{approval_id}/result", **request)
+        except GateError as exc:
+            if exc.status != TOO_LARGE:
+                raise
+            return await self._send("POST", f"/api/approvals/{approval_id}/result", **_too_large(request))
 
     async def require(self, tool: str, args: dict[str, Any], *, session: str | None = None,
                       call_id: str | None = None, description: str = "", metadata: dict[str, Any] | None = None,
@@ -511,9 +562,11 @@ class AsyncGate(_Base):
         def decorate(fn: F) -> F:
             name = tool or fn.__name__
             call = _unbound(fn)  # the approved arguments, back into fn's own signature
+            take = _gate_keywords(fn)
 
             @functools.wraps(fn)
-            async def guarded(*args: Any, call_id: str | None = None, session: str | None = None, **kwargs: Any) -> Any:
+            async def guarded(*args: Any, **kwargs: Any) -> Any:
+                call_id, session = take(kwargs)
                 arguments = _bound(fn, args, kwargs)
                 desc = description or (fn.__doc__ or "").strip()
                 permit = await self.require(name, arguments, session=session, call_id=call_id, description=desc)

@@ -36,7 +36,9 @@ class GatedToolNode:
 
     async def __call__(self, state: dict[str, Any]) -> dict[str, Any]:
         """Answer each tool call of the last message."""
-        session = get_config().get("configurable", {}).get("thread_id")
+        thread = get_config().get("configurable", {}).get("thread_id")
+        # Any value names a thread (an int, a UUID), as LangGraph's savers read it: the session is its text.
+        session = None if thread is None else str(thread)
         *earlier, last = state["messages"]
         calls = [self._answer(call, _gated_id(call["id"], earlier), session) for call in last.tool_calls]
         # Every call finishes (and reports) before one's error is raised: a call cut off
