@@ -122,11 +122,7 @@ def approval_deadline_fire(*, approval_id: str) -> str:
                     approval=approval, actor="system", reason=f"the policy now refuses it: {verdict.reason}"
                 )
                 return "expired"
-            if outcome == Approval.OnTimeout.RUN and verdict.action == "ask":
-                # Its schedule was the policy's leave to run it unasked: a policy that now asks a person takes it back.
-                approval_expire(approval=approval, actor="system", reason=_no_longer_approved(verdict))
-                return "expired"
-            if outcome == Approval.OnTimeout.APPROVE and not _clock_approves(verdict):
+            if not _clock_approves(outcome, verdict):
                 approval_expire(approval=approval, actor="system", reason=_no_longer_approved(verdict))
                 return "expired"
         if outcome == Approval.OnTimeout.APPROVE:
@@ -142,9 +138,14 @@ def approval_deadline_fire(*, approval_id: str) -> str:
         return "expired"
 
 
-def _clock_approves(verdict: Verdict) -> bool:
-    """Return whether the policy as it stands lets the clock approve: no person asked, or on_timeout approve."""
-    return verdict.action != "ask" or verdict.on_timeout == Approval.OnTimeout.APPROVE
+def _clock_approves(outcome: str, verdict: Verdict) -> bool:
+    """Return whether the policy as it stands lets the clock approve: no person asked, or (at a deadline)
+    on_timeout approve. A scheduled call's time is the policy's leave to run it unasked: a policy that
+    now asks a person for it has taken that back.
+    """
+    return verdict.action != "ask" or (
+        outcome == Approval.OnTimeout.APPROVE and verdict.on_timeout == Approval.OnTimeout.APPROVE
+    )
 
 
 def _no_longer_approved(verdict: Verdict) -> str:
