@@ -407,16 +407,25 @@ def sideeffect_list() -> QuerySet[SideEffect]:
     return SideEffect.objects.order_by("created_at", "id")
 
 
+def users_named(name: str) -> list[User]:
+    """Return the user of exactly this name; else the users it names ignoring case, two at most.
+
+    Two names may differ in case only where the Django admin or createsuperuser made them.
+    """
+    exact = User.objects.filter(username=name).first()
+    if exact is not None:
+        return [exact]
+    return list(User.objects.filter(username__iexact=name)[:2])
+
+
 def username_as_spelled(name: str) -> str:
     """Return the one user's own spelling of a name typed in another case ("Alice" for alice), else the name.
 
     Names are unique ignoring case, and four eyes compares a run's starter with a decider exactly:
     a run recorded as started by "Alice" would let alice decide it.
     """
-    if User.objects.filter(username=name).exists():
-        return name
-    matches = list(User.objects.filter(username__iexact=name).values_list("username", flat=True)[:2])
-    return matches[0] if len(matches) == 1 else name
+    matches = users_named(name)
+    return matches[0].username if len(matches) == 1 else name
 
 
 def user_get_active_by_name(username: str) -> User | None:

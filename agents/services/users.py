@@ -157,12 +157,9 @@ def user_set_password(*, username: str, password: str) -> User:
 
 def _user_named(username: str) -> User:
     """Return the user of exactly this name, else the one user it names ignoring case; or raise InvalidInput."""
-    name = username_as_typed(username)
-    exact = User.objects.filter(username=name).first()
-    if exact is not None:
-        return exact
-    # Two names may differ in case only where the Django admin or createsuperuser made them.
-    matches = list(User.objects.filter(username__iexact=name)[:2])
+    from agents import selectors  # selectors import the services package: at call time, not at import
+
+    matches = selectors.users_named(username_as_typed(username))
     if not matches:
         raise InvalidInput(f"no user {username!r}", field="username")
     if len(matches) > 1:
