@@ -132,6 +132,8 @@ class ToolCall(models.Model):
     executed_at = models.DateTimeField(null=True, blank=True)  # the exactly-once claim
     executed_arguments = models.JSONField(null=True, blank=True)  # what actually ran
     result = models.JSONField(null=True, blank=True)  # memoized tool output
+    # A decided call whose tool asked to run later (run_at): it is not claimed before this time.
+    not_before = models.DateTimeField(null=True, blank=True)
     # For deferred calls: when the model was told the outcome (None: not yet).
     reported_at = models.DateTimeField(null=True, blank=True)
     # For deferred calls: when the sweeper last sent the decided call's message again (None: never).

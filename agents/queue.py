@@ -9,11 +9,13 @@ and the sweeper finds it and enqueues again once Redis is back.
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import current_app
 from celery.contrib.django.task import DjangoTask
 from django.db import transaction
+from django.utils import timezone
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,24 @@ def deferred_on_commit(tool_call_pk: int) -> None:
     toolcall_execute_deferred.delay_on_commit(tool_call_pk)
 
 
+def drive_at_on_commit(run_id: str, when: datetime) -> None:
+    """Resume a run at `when` (a held call's time) once the current transaction commits.
+
+    A message due later than the broker can hold goes for its last hop: the drive it starts
+    finds the call still held and sends the next. A lost one is found by the sweeper.
+    """
+    from agents.tasks import run_drive
+
+    transaction.on_commit(lambda: _send_at(run_drive, when, run_id))
+
+
+def deferred_at_on_commit(tool_call_pk: int, when: datetime) -> None:
+    """Execute a held deferred call at `when` once the current transaction commits (in hops, as above)."""
+    from agents.tasks import toolcall_execute_deferred
+
+    transaction.on_commit(lambda: _send_at(toolcall_execute_deferred, when, tool_call_pk))
+
+
 def longest_eta_seconds() -> float:
     """Return how far ahead a message may be scheduled: half the broker's visibility timeout.
 
@@ -65,6 +85,16 @@ def _send(task: OnCommitTask, *args: Any, **kwargs: Any) -> bool:
         task.apply_async(args, kwargs, argsrepr=repr(args), kwargsrepr=repr(kwargs))
     except Exception as exc:  # noqa: BLE001 — kombu raises many kinds for an unreachable broker
         logger.warning("could not enqueue %s%r (the sweeper will retry): %s", task.name, args, exc)
+        return False
+    return True
+
+
+def _send_at(task: OnCommitTask, when: datetime, *args: Any) -> bool:
+    eta = min(when, timezone.now() + timedelta(seconds=longest_eta_seconds()))
+    try:
+        task.apply_async(args, eta=eta, argsrepr=repr(args))
+    except Exception as exc:  # noqa: BLE001 — as in _send
+        logger.warning("could not schedule %s%r for %s (the sweeper will retry): %s", task.name, args, when, exc)
         return False
     return True
 

@@ -51,7 +51,7 @@ def sweep() -> SweepReport:
     # keeps runs waiting longer than the grace would otherwise get a copy of each run's message
     # at every sweep, each a no-op for the lease but all of them work for the broker and the workers.
     Run.objects.filter(pk__in=report.runs).update(updated_at=now)
-    report.deferred = _stranded_deferred_calls(grace)
+    report.deferred = _stranded_deferred_calls(now, grace)
     for call_pk in report.deferred:
         queue.deferred_on_commit(call_pk)
     # As for runs: sent now, each waits a grace period on this message before the next copy.
@@ -67,11 +67,15 @@ def sweep() -> SweepReport:
     return report
 
 
-def _stranded_deferred_calls(grace: datetime) -> list[int]:
-    """Return deferred calls decided before the grace period and not yet run, not sent again within it."""
+def _stranded_deferred_calls(now: datetime, grace: datetime) -> list[int]:
+    """Return deferred calls decided before the grace period and not yet run, not sent again within it.
+
+    Not one its tool put off (not_before) while its time has not come: its own message is due then.
+    """
     return list(
         ToolCall.objects.filter(
             Q(resent_at__isnull=True) | Q(resent_at__lt=grace),
+            Q(not_before__isnull=True) | Q(not_before__lte=now),
             hitl_mode=Approval.Mode.DEFER,
             result__isnull=True,
             executed_at__isnull=True,
@@ -108,6 +112,7 @@ def _stranded_runs(now: datetime, grace: datetime) -> tuple[list[str], list[str]
         status=Run.Status.QUEUED, auto_resume=True, lease_expires_at__isnull=True, updated_at__lt=grace
     )
     decided_unrun = ToolCall.objects.filter(
+        Q(not_before__isnull=True) | Q(not_before__lte=now),  # a call its tool put off waits for its time
         hitl_mode=Approval.Mode.SUSPEND,
         result__isnull=True,
         status__in=[ToolCall.Status.APPROVED, ToolCall.Status.REJECTED],

@@ -17,14 +17,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils import timezone
 
-from agents import events, ids, services, sql, text
+from agents import events, ids, queue, services, sql, text
 from agents.llm import AssistantTurn, DeltaSink, ModelError, ProposedCall, get_model
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.policy import ConfigError, agent_for, get_policy
@@ -490,9 +490,23 @@ class _Driver:
             return approval.mode == Approval.Mode.SUSPEND
         elif approval.status in (Approval.Status.REJECTED, Approval.Status.EXPIRED):
             self._finish(call, ToolCall.Status.REJECTED, outputs.declined(call.name, approval.status, approval.note))
+        elif self._held(call):
+            return True
         else:
             return self._execute(call, approval)
         return False
+
+    def _held(self, call: ToolCall) -> bool:
+        """Return whether a decided call waits for the time its tool asked for (and send the drive for it)."""
+        if call.not_before is None or call.not_before <= timezone.now():
+            return False
+        self._drive_at(call.not_before)
+        return True
+
+    def _drive_at(self, when: datetime) -> None:
+        # As after a decision: a run its caller drives (auto_resume off) is resumed by that caller.
+        if self.run.auto_resume:
+            queue.drive_at_on_commit(self.run.id, when)
 
     def _execute(self, call: ToolCall, approval: Approval | None) -> bool:
         """Claim and run a call once; return True if its tool asked a person first."""
@@ -511,9 +525,10 @@ class _Driver:
             call.refresh_from_db()
             self._from_claim(call)
             return False
+        ctx = execution.context(call, approval)
         try:
             with _lease_keeper.running_tool(self.owner):
-                status, output = execution.invoke(tool, execution.context(call, approval), arguments)
+                status, output = execution.invoke(tool, ctx, arguments)
         except FeedbackRequired as exc:
             if approval is None:
                 request = execution.jsonable(exc.payload)
@@ -524,8 +539,12 @@ class _Driver:
             status = ToolCall.Status.FAILED
             output = outputs.error("TOOL_ERROR", f"{call.name} asked for a decision again after one was given")
         except RunLater as exc:
-            if approval is None:  # a gated call was decided for now: its tool may not put it off
+            if approval is None:  # nobody decided: the schedule is an approval of its own ("run now")
                 services.toolcall_schedule(owner=self.owner, tool_call=call, claimed_at=claimed_at, run_at=exc.when)
+                return True
+            if not ctx.released:  # decided, by a person or a rule: the decision waits for the tool's time
+                services.toolcall_hold(owner=self.owner, tool_call=call, claimed_at=claimed_at, run_at=exc.when)
+                self._drive_at(exc.when)
                 return True
             status = ToolCall.Status.FAILED
             output = outputs.error("TOOL_ERROR", f"{call.name} asked to run later again after its time came")

@@ -8,8 +8,9 @@ import reprlib
 from typing import Any
 
 from django.db import connection
+from django.utils import timezone
 
-from agents import services
+from agents import queue, services
 from agents.models import Approval, ToolCall
 from agents.runtime import outputs
 from agents.tools import FeedbackRequired, InvalidArguments, RunLater, Tool, ToolContext, ToolError, registry
@@ -32,9 +33,13 @@ def context(call: ToolCall, approval: Approval | None) -> ToolContext:
         approval_payload=approval.payload if approval else None,
         approval_note=approval.note if approval else "",
         edited=approval is not None and approval.arguments is not None,
-        released=approval is not None
-        and approval.on_timeout == Approval.OnTimeout.RUN
-        and approval.status == Approval.Status.APPROVED,
+        # A scheduled call whose time came, or a decided one its tool put off (held till not_before).
+        released=call.not_before is not None
+        or (
+            approval is not None
+            and approval.on_timeout == Approval.OnTimeout.RUN
+            and approval.status == Approval.Status.APPROVED
+        ),
     )
 
 
@@ -110,18 +115,33 @@ def execute_deferred(tool_call_pk: int) -> str:
         output = outputs.error("INVALID_ARGUMENTS", exc.message)
         services.toolcall_record_result(tool_call=call, status=ToolCall.Status.FAILED, output=output)
         return "invalid arguments"
-    if services.toolcall_claim(tool_call=call) is None:
+    if call.not_before is not None and call.not_before > timezone.now():  # its tool's time has not come
+        queue.deferred_at_on_commit(call.pk, call.not_before)
+        return "held"
+    claimed_at = services.toolcall_claim(tool_call=call)
+    if claimed_at is None:
         return "claimed elsewhere"
-    status, output = _invoke_deferred(tool, context(call, approval), arguments)
+    ctx = context(call, approval)
+    try:
+        status, output = _invoke_deferred(tool, ctx, arguments)
+    except RunLater as exc:  # decided before its tool put it off: the decision waits for the tool's time
+        services.toolcall_hold(owner=None, tool_call=call, claimed_at=claimed_at, run_at=exc.when)
+        queue.deferred_at_on_commit(call.pk, exc.when)
+        return "held"
     services.toolcall_record_result(tool_call=call, status=status, output=output, executed_arguments=arguments)
     return status
 
 
 def _invoke_deferred(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Invoke a decided deferred call; RunLater propagates unless the call was released (its time came)."""
     try:
         return invoke(tool, ctx, arguments)
-    except RunLater:  # a deferred call was decided: it runs now, not later
-        return ToolCall.Status.FAILED, outputs.error("TOOL_ERROR", f"{tool.name} asked to run later after its decision")
+    except RunLater:
+        if not ctx.released:
+            raise
+        return ToolCall.Status.FAILED, outputs.error(
+            "TOOL_ERROR", f"{tool.name} asked to run later after its time came"
+        )
     except FeedbackRequired:  # asked again after approval: the decision was the answer
         return ToolCall.Status.FAILED, outputs.error(
             "TOOL_ERROR", f"{tool.name} asked for a decision again after one was given"

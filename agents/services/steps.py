@@ -348,6 +348,40 @@ def toolcall_schedule(*, owner: str, tool_call: ToolCall, claimed_at: datetime, 
     return approval
 
 
+def toolcall_hold(*, owner: str | None, tool_call: ToolCall, claimed_at: datetime, run_at: datetime) -> None:
+    """Hand back the claim of a decided call whose tool asked to run later: it runs at `run_at`.
+
+    The tool stopped before doing anything. The call keeps its one approval (a person's, or
+    the one a rule or grant wrote): the decision stands, only its time moves, and then the
+    tool runs released (its run_at returns). A suspend call's run waits for that time
+    (agents.sql.run_suspend), and the write is fenced by the driver's lease; a deferred
+    call's run goes on, and may have ended.
+    """
+    deferred = tool_call.hitl_mode == Approval.Mode.DEFER
+    # A rule's or grant's allowance waits as a suspend call does, so the sweeper finds its run once the time comes.
+    mode = Approval.Mode.DEFER if deferred else Approval.Mode.SUSPEND
+    held: dict[str, Any] = {
+        "executed_at": None,
+        "status": ToolCall.Status.APPROVED,
+        "hitl_mode": mode,
+        "not_before": run_at,
+    }
+    type, data = RunEvent.Type.TOOL_CALL, {**_call_data(tool_call), "waits_until": run_at.isoformat()}
+    if deferred:
+        with transaction.atomic():
+            if ToolCall.objects.filter(pk=tool_call.pk, executed_at=claimed_at).update(**held):
+                events.publish(run_id=tool_call.run_id, type=type, data=data)
+    else:
+        run_write(
+            run_id=tool_call.run_id,
+            owner=owner,
+            items=[(type, data)],
+            rows=lambda chain: chain.update(ToolCall, tool_call.pk, held, where={"executed_at": claimed_at}),
+        )
+    for name, value in held.items():
+        setattr(tool_call, name, value)
+
+
 def _hand_back_claim(
     owner: str, tool_call: ToolCall, claimed_at: datetime, approval: Approval, event: tuple[str, dict[str, Any]]
 ) -> None:

@@ -45,6 +45,11 @@ _PENDING_SUSPEND = (
     " AND agents_approval.mode = %s AND agents_approval.status = %s"
 )
 _PENDING_SUSPEND_PARAMS = [Approval.Mode.SUSPEND, Approval.Status.PENDING]
+# A decided call whose tool asked to run later (run_at), its time not come: its run waits for it too.
+_HELD_CALL = (
+    "SELECT 1 FROM agents_toolcall WHERE agents_toolcall.run_id = agents_run.id"
+    " AND agents_toolcall.not_before > %s AND agents_toolcall.result IS NULL"
+)
 
 
 def db_time(value: datetime | None) -> str | datetime | None:
@@ -239,7 +244,8 @@ def decision(*, run_id: str, approval_id: str, audit_lock: int) -> Chain:
 
 
 def run_suspend(*, run_id: str, owner: str, now: datetime) -> bool:
-    """Suspend and release a run this owner drives, if a suspend approval of it is still pending.
+    """Suspend and release a run this owner drives, if a suspend approval of it is still pending
+    (or a decided call of it is held until a time still to come).
 
     On PostgreSQL the run's row is locked first, by a statement of its own: a decision (or a
     deadline) under way holds that lock to its commit, and the check that follows, a new
@@ -250,12 +256,13 @@ def run_suspend(*, run_id: str, owner: str, now: datetime) -> bool:
     """
     sql = f"""
         UPDATE {_RUN} SET status = %s, lease_owner = '', lease_expires_at = NULL, updated_at = %s
-        WHERE id = %s AND lease_owner = %s AND EXISTS ({_PENDING_SUSPEND})"""
+        WHERE id = %s AND lease_owner = %s AND (EXISTS ({_PENDING_SUSPEND}) OR EXISTS ({_HELD_CALL}))"""
     lock = connection.features.has_select_for_update
     with transaction.atomic() if lock else contextlib.nullcontext(), connection.cursor() as cursor:
         if lock:
             cursor.execute(f"SELECT 1 FROM {_RUN} WHERE id = %s FOR UPDATE", [run_id])
-        cursor.execute(sql, [Run.Status.SUSPENDED, db_time(now), run_id, owner, *_PENDING_SUSPEND_PARAMS])
+        params = [Run.Status.SUSPENDED, db_time(now), run_id, owner, *_PENDING_SUSPEND_PARAMS, db_time(now)]
+        cursor.execute(sql, params)
         return bool(cursor.rowcount)
 
 

@@ -12,6 +12,8 @@ card lists the key arguments. A tool may ask a person itself by calling
 the reviewer's payload in `ctx.approval_payload`. A tool may ask to run later with
 `run_at(when)` (outside business hours, say): the run suspends until then, and the tool is
 called again, once, at that time or when a reviewer says "run now"; `run_at` then returns.
+A call a person (or a rule, or a grant) already approved keeps that approval and waits for
+the time alone: nobody is asked again, and there is no "run now".
 """
 
 from __future__ import annotations

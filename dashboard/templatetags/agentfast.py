@@ -78,6 +78,15 @@ def datetime_text(value: datetime | None, precision: str = "minutes") -> str:
     return f"{text}:{value.second:02d}" if precision == "seconds" else text
 
 
+@register.filter
+def from_iso(value: str | None) -> datetime | None:
+    """Return the moment an event's ISO 8601 text names (events are JSON), or None for none or bad text."""
+    try:
+        return datetime.fromisoformat(value) if value else None
+    except (TypeError, ValueError):
+        return None
+
+
 @register.filter(is_safe=True)
 @stringfilter
 def truncate(value: str, length: int) -> str:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -19,8 +17,7 @@ from agents.models import Approval, AuditEntry, Run, SideEffect
 from agents.policy.config import ConfigError, get_policy
 from agents.services.deadlines import approval_deadline_fire, toolcall_run_now
 from tests.conftest import wait_for
-from tests.support.fake_openai import Reply, tool_messages
-from tests.support.flows import pending, resume, start, tool_outputs
+from tests.support.flows import charge_later, pending, resume, start, tool_outputs
 
 REFUND = "Refund order A1001 for 25.00 USD"
 SCHEDULED = """
@@ -143,19 +140,9 @@ def test_it_refuses_a_schedule_rule_without_a_time(agent_config):
         get_policy()
 
 
-def _charge_later(not_before: datetime) -> Callable[[dict[str, Any]], Reply]:
-    def respond(body: dict[str, Any]) -> Reply:
-        if not tool_messages(body):
-            arguments = {"customer": "c1", "not_before": not_before.isoformat()}
-            return Reply(tool_calls=[("call_later", "charge_after_hours", json.dumps(arguments))])
-        return Reply(content="done")
-
-    return respond
-
-
 def test_it_suspends_when_a_tool_asks_to_run_later_and_runs_it_now_once(agent_config, fake_openai, alice):
     agent_config(BILLING.format(base_url=fake_openai.base_url))
-    fake_openai.script(_charge_later(datetime.now(UTC) + timedelta(hours=2)))
+    fake_openai.script(charge_later(datetime.now(UTC) + timedelta(hours=2)))
     run = start("charge c1 tonight", agent="billing")
     [approval] = pending(run)
     assert (run.status, approval.on_timeout) == (Run.Status.SUSPENDED, "run")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from agents import runtime, services
 from agents.models import Approval, Message, Run
+from tests.support.fake_openai import Reply, tool_messages
 
 # On PostgreSQL the audit export reads its batches on two connections of their own, which see
 # only committed rows: a test of what it contains commits its data (a transactional test).
@@ -46,3 +49,15 @@ def tool_outputs(run: Run) -> list[dict[str, Any]]:
 
 def roles(run: Run) -> list[str]:
     return list(Message.objects.filter(run=run).order_by("seq").values_list("role", flat=True))
+
+
+def charge_later(not_before: datetime) -> Callable[[dict[str, Any]], Reply]:
+    """Return a model script: charge c1 with charge_after_hours (a test tool) not before that time, then say done."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if not tool_messages(body):
+            arguments = {"customer": "c1", "not_before": not_before.isoformat()}
+            return Reply(tool_calls=[("call_later", "charge_after_hours", json.dumps(arguments))])
+        return Reply(content="done")
+
+    return respond
