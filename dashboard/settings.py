@@ -505,6 +505,7 @@ CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] += [{"address": u} for u in AGENTFA
 AGENTFAST_MAX_BODY_BYTES = _int("AGENTFAST_MAX_BODY_BYTES", DATA_UPLOAD_MAX_MEMORY_SIZE + 64 * 1024, minimum=1024)
 # Open SSE streams per user and process; one more is refused (429).
 AGENTFAST_STREAMS_PER_USER = _int("AGENTFAST_STREAMS_PER_USER", 20, minimum=1)
+AGENTFAST_WAITS_PER_USER = _int("AGENTFAST_WAITS_PER_USER", 100, minimum=1)
 # -- end of live connections --------------------------------------------------------------
 
 # Celery: every task step is a compare-and-set, so late acks and redelivery are safe.

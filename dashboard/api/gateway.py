@@ -122,12 +122,29 @@ def gate(request: HttpRequest, body: GateIn) -> Any:
     return {**answer.__dict__, "rule": answer.rule or None}
 
 
-@router.get("/approvals/{approval_id}/wait", response={200: WaitOut, **_ERRORS})
+@router.get("/approvals/{approval_id}/wait", response={200: WaitOut, **_ERRORS, 429: ErrorOut})
 async def approval_wait(
     request: HttpRequest, approval_id: Id, timeout: float = Query(30, ge=0, le=MAX_WAIT_SECONDS)
-) -> dict[str, Any]:
-    """Wait up to `timeout` seconds (60 at most) for a decision; answer at once when there is one."""
+) -> Any:
+    """Wait up to `timeout` seconds (60 at most) for a decision; answer at once when there is one.
+
+    A caller may hold AGENTFAST_WAITS_PER_USER waits open in this process; one more is a 429
+    (clients retry after its Retry-After).
+    """
     viewer = await sse.viewer_of(request)
+    release = sse.open_waits.take(viewer.user_id)
+    if release is None:
+        limit = sse.open_waits.limit()
+        message = f"too many open waits: at most {limit} per user; retry when one has answered"
+        error = {"error_code": "too_many_waits", "message": message}
+        return JsonResponse(error, status=429, headers={"Retry-After": "1"})
+    try:
+        return await _wait(viewer, approval_id, timeout)
+    finally:
+        release()
+
+
+async def _wait(viewer: sse.Viewer, approval_id: str, timeout: float) -> dict[str, Any]:
     found = await read(_call_for, viewer, approval_id)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

@@ -103,18 +103,19 @@ def _too_many() -> JsonResponse:
 
 
 class _OpenStreams:
-    """How many streams each user has open in this process.
+    """How many streams (or long polls) each user has open in this process, at most the setting's number.
 
     Slots are taken on the event loop but given back from a thread (Django closes a
     response with sync_to_async), hence the lock.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, setting: str, default: int) -> None:
         self.counts: dict[int, int] = {}
         self.lock = threading.Lock()
+        self.setting, self.default = setting, default
 
     def limit(self) -> int:
-        return int(getattr(settings, "AGENTFAST_STREAMS_PER_USER", 20))
+        return int(getattr(settings, self.setting, self.default))
 
     def take(self, user_id: int) -> Callable[[], None] | None:
         """Take a slot; return how to give it back (once), or None when the user has none left."""
@@ -136,7 +137,9 @@ class _OpenStreams:
         return release
 
 
-_open_streams = _OpenStreams()
+_open_streams = _OpenStreams("AGENTFAST_STREAMS_PER_USER", 20)
+# External calls' waits (GET /api/approvals/{id}/wait): each costs no thread but reads the database each second.
+open_waits = _OpenStreams("AGENTFAST_WAITS_PER_USER", 100)
 
 
 class _Slot:

@@ -111,7 +111,7 @@ def _threads(pid: int) -> int:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts the server's threads in /proc (Linux)")
-def test_one_token_cannot_hold_a_server_thread_per_open_wait(server: Server) -> None:
+def test_one_token_holds_neither_a_server_thread_per_open_wait_nor_waits_without_end(server: Server) -> None:
     headers = {"Authorization": f"Bearer {server.agent_token}"}
     gated = httpx.post(
         f"{server.url}/api/gate",
@@ -128,7 +128,9 @@ def test_one_token_cannot_hold_a_server_thread_per_open_wait(server: Server) -> 
         async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60, limits=limits) as client:
 
             async def one() -> int:
-                r = await client.get(f"/api/approvals/{approval_id}/wait", params={"timeout": 3})
+                r = await client.get(f"/api/approvals/{approval_id}/wait", params={"timeout": 4})
+                if r.status_code == 429:
+                    seen["refusal"] = r.json()["error_code"], r.headers["Retry-After"]
                 return r.status_code
 
             tasks = [asyncio.ensure_future(one()) for _ in range(WAITS)]
@@ -138,10 +140,15 @@ def test_one_token_cannot_hold_a_server_thread_per_open_wait(server: Server) -> 
             async with httpx.AsyncClient(base_url=server.url, timeout=60) as other:
                 await other.get("/healthz")
             seen["healthz_ms"] = int((time.monotonic() - t0) * 1000)
-            return await asyncio.gather(*tasks)
+            statuses = await asyncio.gather(*tasks)
+            again = await client.get(f"/api/approvals/{approval_id}/wait", params={"timeout": 0})
+            return [*statuses, again.status_code]
 
-    statuses = asyncio.run(flood())
-    assert statuses == [200] * WAITS  # each answered "still pending" at its timeout
+    *statuses, again = asyncio.run(flood())
+    # AGENTFAST_WAITS_PER_USER (100): each of those answered "still pending" at its timeout, the rest at once.
+    assert (statuses.count(200), statuses.count(429)) == (100, WAITS - 100)
+    assert seen["refusal"] == ("too_many_waits", "1")
+    assert again == 200  # the slots were given back
     # SSE streams are capped at AGENTFAST_STREAMS_PER_USER (20) per user and share one thread;
     # a long-poll wait is neither: each open wait holds a thread of its own in the server.
     assert seen["during"] - before < 50, f"{seen['during'] - before} server threads for {WAITS} waits of one token"
