@@ -159,6 +159,8 @@ class ToolCallShape(_Shape):
     executed_arguments: JsonObject
     result: JsonObject
     in_doubt: bool
+    # A decided call whose tool asked to run later: it is not run before this time (None: no such wait).
+    not_before: Timestamp
 
     @classmethod
     def of(cls, call: ToolCall) -> Self:
@@ -171,6 +173,7 @@ class ToolCallShape(_Shape):
             executed_arguments=call.executed_arguments,
             result=call.result,
             in_doubt=call.in_doubt,
+            not_before=call.not_before,
         )
 
 

@@ -43,6 +43,7 @@ from agents.models import (
     RunEvent,
     SavedAgent,
     SideEffect,
+    ToolCall,
 )
 from agents.services.errors import NotFound
 
@@ -394,6 +395,17 @@ def run_pending_and_scheduled(run_ids: list[str]) -> dict[str, tuple[int, dateti
         .values_list("run_id", "pending", "at")
     )
     return {run_id: (pending, at) for run_id, pending, at in rows}
+
+
+def run_held_until(run_ids: list[str], now: datetime) -> dict[str, datetime]:
+    """Return, per run, when its decided call that a tool put off runs; runs with none are left out."""
+    rows = (
+        ToolCall.objects.filter(run_id__in=run_ids, not_before__gt=now, result__isnull=True)
+        .values("run_id")
+        .annotate(at=Min("not_before"))
+        .values_list("run_id", "at")
+    )
+    return dict(rows)
 
 
 def run_get(run_id: str) -> Run:

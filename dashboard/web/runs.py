@@ -7,6 +7,7 @@ from typing import Any
 
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from agents import selectors, services, text
@@ -31,9 +32,11 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     # The pending counts of the visible runs only: one small query, not a join over every run.
     visible = [run.id for run in page]
     waiting = selectors.run_pending_and_scheduled(visible)
+    held = selectors.run_held_until([run.id for run in page if run.status == Run.Status.SUSPENDED], timezone.now())
     run_url = links.route("run")
     for run in page:
         run.pending, run.scheduled_for = waiting.get(run.id, (0, None))
+        run.held_until = held.get(run.id)
         run.url = run_url(run.id)
     agents, creators = selectors.run_filter_choices()
     context = {

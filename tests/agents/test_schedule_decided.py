@@ -160,9 +160,13 @@ def test_the_run_page_says_until_when_a_held_call_waits(billing, alice: User):
     client.force_login(alice)
 
     page = client.get(f"/runs/{run.id}").content.decode()
+    runs_page = client.get("/runs").content.decode()
+    shown = client.get(f"/api/runs/{run.id}").json()["tool_calls"][0]
 
-    shown = timezone.localtime(later).strftime("%Y-%m-%d %H:%M:%S")
-    assert f"waits until {shown}" in page
+    moment = timezone.localtime(later)
+    assert f"waits until {moment:%Y-%m-%d %H:%M:%S}" in page
+    assert f"approved; runs at {moment:%Y-%m-%d %H:%M}" in runs_page
+    assert datetime.fromisoformat(shown["not_before"]) == later
 
 
 @pytest.mark.integration
