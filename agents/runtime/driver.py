@@ -266,6 +266,7 @@ class _Driver:
         self.messages: list[Message] = []
         self.calls: list[ToolCall] = []
         self.approvals: dict[int, Approval] = {}
+        self.wake_at: datetime | None = None  # the earliest time a held call of the open step waits for
 
     # -- the loop --------------------------------------------------------------------
 
@@ -472,8 +473,13 @@ class _Driver:
             return True
         answered = {m.tool_call_id for m in self.messages if m.seq > turn.seq and m.role == Message.Role.TOOL}
         waiting = False
+        self.wake_at = None
         for call in (c for c in self.calls if c.step == turn.seq and c.call_id not in answered):
             waiting = self._settle(call) or waiting
+        if self.wake_at is not None and self.run.auto_resume:
+            # One message for the step, at its earliest held time: one per held call would
+            # multiply at every hop (each drive they start sending as many again).
+            queue.drive_at_on_commit(self.run.id, self.wake_at)
         if waiting:
             return False
         self._append_feedback(turn.seq)
@@ -504,9 +510,9 @@ class _Driver:
         return True
 
     def _drive_at(self, when: datetime) -> None:
-        # As after a decision: a run its caller drives (auto_resume off) is resumed by that caller.
-        if self.run.auto_resume:
-            queue.drive_at_on_commit(self.run.id, when)
+        # Sent once the step is settled, for its earliest held call (_settle_open_step). As after
+        # a decision: a run its caller drives (auto_resume off) is resumed by that caller.
+        self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
 
     def _execute(self, call: ToolCall, approval: Approval | None) -> bool:
         """Claim and run a call once; return True if its tool asked a person first."""
@@ -518,6 +524,10 @@ class _Driver:
             arguments = execution.arguments_to_run(tool, call, approval)
         except InvalidArguments as exc:  # the tool's schema changed since the call was proposed
             self._finish(call, ToolCall.Status.FAILED, outputs.error("INVALID_ARGUMENTS", exc.message))
+            return False
+        refused = execution.held_refusal(call, approval, arguments)
+        if refused is not None:  # held, and a deny rule added while it waited matches it now
+            self._finish(call, ToolCall.Status.REJECTED, refused)
             return False
         claimed_at = services.toolcall_claim(tool_call=call)
         if claimed_at is None:

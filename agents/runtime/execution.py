@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from agents import queue, services
 from agents.models import Approval, ToolCall
+from agents.policy import ConfigError
 from agents.runtime import outputs
 from agents.tools import FeedbackRequired, InvalidArguments, RunLater, Tool, ToolContext, ToolError, registry
 
@@ -41,6 +42,23 @@ def context(call: ToolCall, approval: Approval | None) -> ToolContext:
             and approval.status == Approval.Status.APPROVED
         ),
     )
+
+
+def held_refusal(call: ToolCall, approval: Approval | None, arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """Return the POLICY_DENIED output of a held call whose time came, when the policy now refuses it; else None.
+
+    The call was decided before its tool put it off (not_before): like a scheduled call's time,
+    that time runs only what the policy as it stands lets through (a deny rule or a remembered
+    rejection added meanwhile stops it). Raises ConfigError while the policy cannot be read.
+    """
+    if call.not_before is None or approval is None:
+        return None
+    from agents.services.approvals import verdict_now  # the services import the runtime's outputs
+
+    verdict = verdict_now(approval, arguments)
+    if verdict.action != "deny":
+        return None
+    return outputs.error("POLICY_DENIED", f"the policy now refuses it: {verdict.reason}")
 
 
 def release_connection() -> None:
@@ -118,6 +136,13 @@ def execute_deferred(tool_call_pk: int) -> str:
     if call.not_before is not None and call.not_before > timezone.now():  # its tool's time has not come
         queue.deferred_at_on_commit(call.pk, call.not_before)
         return "held"
+    try:
+        refused = held_refusal(call, approval, arguments)
+    except ConfigError:  # the policy cannot be read: the sweeper sends the call again
+        return "policy unreadable"
+    if refused is not None:
+        services.toolcall_record_result(tool_call=call, status=ToolCall.Status.REJECTED, output=refused)
+        return "denied"
     claimed_at = services.toolcall_claim(tool_call=call)
     if claimed_at is None:
         return "claimed elsewhere"

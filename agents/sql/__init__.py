@@ -45,10 +45,11 @@ _PENDING_SUSPEND = (
     " AND agents_approval.mode = %s AND agents_approval.status = %s"
 )
 _PENDING_SUSPEND_PARAMS = [Approval.Mode.SUSPEND, Approval.Status.PENDING]
-# A decided call whose tool asked to run later (run_at), its time not come: its run waits for it too.
+# A decided suspend call whose tool asked to run later (run_at), its time not come: its run waits for it
+# too. Not a deferred one: it waits alone while its run goes on.
 _HELD_CALL = (
     "SELECT 1 FROM agents_toolcall WHERE agents_toolcall.run_id = agents_run.id"
-    " AND agents_toolcall.not_before > %s AND agents_toolcall.result IS NULL"
+    " AND agents_toolcall.not_before > %s AND agents_toolcall.result IS NULL AND agents_toolcall.hitl_mode = %s"
 )
 
 
@@ -261,7 +262,15 @@ def run_suspend(*, run_id: str, owner: str, now: datetime) -> bool:
     with transaction.atomic() if lock else contextlib.nullcontext(), connection.cursor() as cursor:
         if lock:
             cursor.execute(f"SELECT 1 FROM {_RUN} WHERE id = %s FOR UPDATE", [run_id])
-        params = [Run.Status.SUSPENDED, db_time(now), run_id, owner, *_PENDING_SUSPEND_PARAMS, db_time(now)]
+        params = [
+            Run.Status.SUSPENDED,
+            db_time(now),
+            run_id,
+            owner,
+            *_PENDING_SUSPEND_PARAMS,
+            db_time(now),
+            Approval.Mode.SUSPEND,
+        ]
         cursor.execute(sql, params)
         return bool(cursor.rowcount)
 

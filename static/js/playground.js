@@ -61,13 +61,19 @@
       approvals: {}, // approval id -> {mode, status, card}
       cards: {}, // call id -> the element showing that call
       deferred: {}, // call id -> true: an approved deferred call whose result has not arrived
+      held: {}, // call id -> when (ms) a decided call its tool put off may run; gone once it ran
+      heldTimer: null, // the resume set for the earliest held call's time
+      heldDriven: 0, // when (ms) this page last resumed the run for a held call whose time had come
       streaming: null, // the assistant bubble tokens go to
       controller: function () {
         var controller = new AbortController();
         controllers.push(controller);
         return controller;
       },
-      stop: function () { controllers.forEach(function (c) { c.abort(); }); },
+      stop: function () {
+        controllers.forEach(function (c) { c.abort(); });
+        clearTimeout(this.heldTimer);
+      },
     };
     output.replaceChildren();
     rawLog.replaceChildren();
@@ -103,7 +109,28 @@
 
   // Resume once the run waits on nobody: after our own decision, or one taken elsewhere.
   function maybeResume() {
-    if (view.replayed && !view.driving && view.status === "suspended" && pendingSuspends().length === 0) drive();
+    if (!view.replayed || view.driving || view.status !== "suspended" || pendingSuspends().length !== 0) return;
+    var wait = heldFor();
+    if (wait === null) return drive();
+    // A decided call waits for the time its tool asked for: resuming before it only suspends
+    // the run again, so the page resumes it then (and, if this clock runs ahead of the
+    // server's, again every two seconds until the server agrees).
+    var now = Date.now();
+    if (wait <= 0 && now - view.heldDriven >= 2000) {
+      view.heldDriven = now;
+      return drive();
+    }
+    var current = view;
+    clearTimeout(current.heldTimer);
+    current.heldTimer = setTimeout(function () {
+      if (current === view) maybeResume();
+    }, Math.max(wait, 2000 - (now - view.heldDriven)) + 50);
+  }
+
+  // Milliseconds until the earliest held call may run (0 or less: now); null when none is held.
+  function heldFor() {
+    var times = Object.values(view.held);
+    return times.length ? Math.min.apply(null, times) - Date.now() : null;
   }
 
   // -- streams --------------------------------------------------------------------------
@@ -204,12 +231,14 @@
     },
     tool_call: function (data) {
       view.streaming = null;
+      if (data.waits_until) return held(data);
       view.cards[data.call_id] = add(toolCard(data));
     },
     tool_result: function (data) {
       var card = view.cards[data.call_id] || add(toolCard({ tool: data.tool, call_id: data.call_id }));
       showResult(card, data.output);
       if (data.deferred) delete view.deferred[data.call_id];
+      delete view.held[data.call_id];
     },
     approval_required: function (data) {
       view.streaming = null;
@@ -250,6 +279,20 @@
       problem(data.message);
     },
   };
+
+  // A decided call whose tool asked to run later: its card (the approval's, or a new one) says until when.
+  function held(data) {
+    var when = Date.parse(data.waits_until);
+    view.held[data.call_id] = when;
+    var card = view.cards[data.call_id];
+    if (!card) {
+      card = view.cards[data.call_id] = add(toolCard(data));
+      var badge = card.querySelector(".pg-call-status");
+      badge.textContent = "waits";
+      badge.className = "badge pg-call-status status-suspended";
+    }
+    card.appendChild(el("p", "pg-held meta", "Waits until " + new Date(when).toLocaleString() + ", then runs."));
+  }
 
   function toolCard(data) {
     var card = el("article", "pg-call card");

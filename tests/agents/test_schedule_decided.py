@@ -2,24 +2,32 @@
 
 A person's approval, or the one a rule writes, is the call's one approval; the tool's own
 schedule then holds the call (ToolCall.not_before), the run waits, and at that time the tool
-is called once more, released, and runs once.
+is called once more, released, and runs once, if the policy as it stands then lets it.
+
+The tool asks for a time hours away; "its time comes" moves the held call's time into the past
+(the clock, not the tool, is what the tests stand in for), so no test sleeps or races the clock.
 """
 
 from __future__ import annotations
 
-import time
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+import redis
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from agents import sweeper
+from agents import runtime, services, sweeper
 from agents.models import Approval, Run, SideEffect, ToolCall
 from agents.runtime.execution import execute_deferred
 from tests.conftest import wait_for
+from tests.support.broker import take_queued
+from tests.support.fake_openai import Reply, tool_messages
 from tests.support.flows import charge_later, decide, pending, resume, start, tool_outputs
 
 BILLING = """
@@ -27,8 +35,9 @@ agents:
   billing:
     model: "openai:test-model"
     base_url: "{base_url}"
-    tools: [charge_after_hours]
+    tools: [charge_after_hours, refund_request]
 tool_overrides:
+  refund_request: {{risk: high}}
   charge_after_hours: {overrides}
 """
 GATED = "{risk: high}"
@@ -36,63 +45,67 @@ DEFERRED = "{risk: high, hitl_mode: defer}"
 ALLOWED = """
     risk: high
     rules:
-      - {name: known customer, when: "args.customer == 'c1'", action: allow}"""
+      - {name: known customers, when: "args.customer in ['c1', 'c2']", action: allow}"""
+DENIED = """
+    risk: high
+    hitl_mode: {mode}
+    rules:
+      - {{name: no c1, when: "args.customer == 'c1'", action: deny}}"""
+LATER = timedelta(hours=3)
 
 
 @pytest.fixture
-def billing(db, agent_config, fake_openai) -> Callable[[str, datetime], Run]:
-    """Configure the billing agent with these overrides and start a run charging c1 not before a time."""
+def billing(db, agent_config, fake_openai) -> Callable[..., Run]:
+    """Configure the billing agent with these overrides and start a run the model's script drives."""
 
-    def begin(overrides: str, not_before: datetime) -> Run:
+    def begin(overrides: str, script: Callable[[dict[str, Any]], Reply] | None = None) -> Run:
         agent_config(BILLING.format(base_url=fake_openai.base_url, overrides=overrides))
-        fake_openai.script(charge_later(not_before))
+        fake_openai.script(script or charge_later(datetime.now(UTC) + LATER))
         return start("charge c1 tonight", agent="billing")
 
     return begin
 
 
-def _call(run: Run) -> ToolCall:
-    return ToolCall.objects.get(run=run, name="charge_after_hours")
+def _call(run: Run, customer: str = "c1") -> ToolCall:
+    return ToolCall.objects.get(run=run, name="charge_after_hours", arguments__customer=customer)
 
 
-def _sleep_until(moment: datetime) -> None:
-    time.sleep(max(0.0, (moment - timezone.now()).total_seconds()) + 0.02)
+def _time_comes(call: ToolCall) -> None:
+    ToolCall.objects.filter(pk=call.pk).update(not_before=timezone.now() - timedelta(milliseconds=1))
 
 
 def test_a_persons_approval_waits_for_the_tools_time_and_then_runs_once(billing, alice: User):
-    later = datetime.now(UTC) + timedelta(milliseconds=600)
-    [approval] = pending(billing(GATED, later))
+    [approval] = pending(billing(GATED))
 
     decide(approval, "approved")
     run = resume(approval.run)
 
     call = _call(run)
     assert run.status == Run.Status.SUSPENDED  # waits for the tool's time: not failed
-    assert (call.status, call.executed_at, call.result, call.not_before) == ("approved", None, None, later)
-    assert not SideEffect.objects.exists()
+    assert (call.status, call.executed_at, call.result) == ("approved", None, None)
+    assert call.not_before == datetime.fromisoformat(call.arguments["not_before"])
     assert resume(run).status == Run.Status.SUSPENDED  # a drive before the time leaves it waiting
     assert not SideEffect.objects.exists()
 
-    _sleep_until(later)
+    _time_comes(call)
     run = resume(run)
 
     assert run.status == Run.Status.COMPLETED
-    assert tool_outputs(run)[-1] == {"ok": True, "result": {"charged": "c1"}}
+    assert tool_outputs(run)[-1] == {"ok": True, "result": {"charged": "c1"}}  # released: run_at returned
     assert SideEffect.objects.filter(tool="charge_after_hours").count() == 1
     approval.refresh_from_db()
     assert (approval.status, approval.decided_by) == ("approved", "alice")  # still the one decision
 
 
 def test_a_rules_allowance_waits_for_the_tools_time_and_then_runs_once(billing):
-    later = datetime.now(UTC) + timedelta(milliseconds=600)
-    run = billing(ALLOWED, later)
+    run = billing(ALLOWED)
 
     call = _call(run)
     assert run.status == Run.Status.SUSPENDED
-    assert (call.status, call.hitl_mode, call.not_before) == ("approved", "suspend", later)
-    assert Approval.objects.get(run=run).decided_by == "policy:known customer"
+    assert (call.status, call.hitl_mode, call.not_before is not None) == ("approved", "suspend", True)
+    assert Approval.objects.get(run=run).decided_by == "policy:known customers"
 
-    _sleep_until(later)
+    _time_comes(call)
     run = resume(run)
 
     assert run.status == Run.Status.COMPLETED
@@ -100,8 +113,7 @@ def test_a_rules_allowance_waits_for_the_tools_time_and_then_runs_once(billing):
 
 
 def test_a_decided_deferred_call_waits_for_the_tools_time_and_then_runs_once(billing, alice: User):
-    later = datetime.now(UTC) + timedelta(milliseconds=600)
-    run = billing(DEFERRED, later)
+    run = billing(DEFERRED)
     [approval] = pending(run)
     decide(approval, "approved")
     call = _call(run)
@@ -109,10 +121,10 @@ def test_a_decided_deferred_call_waits_for_the_tools_time_and_then_runs_once(bil
     assert execute_deferred(call.pk) == "held"
     assert execute_deferred(call.pk) == "held"  # a second message before the time: still held
     call.refresh_from_db()
-    assert (call.status, call.executed_at, call.result, call.not_before) == ("approved", None, None, later)
+    assert (call.status, call.executed_at, call.result, call.not_before is not None) == ("approved", None, None, True)
     assert not SideEffect.objects.exists()
 
-    _sleep_until(later)
+    _time_comes(call)
 
     assert execute_deferred(call.pk) == "succeeded"
     assert execute_deferred(call.pk) == "already recorded"
@@ -121,41 +133,116 @@ def test_a_decided_deferred_call_waits_for_the_tools_time_and_then_runs_once(bil
 
 def test_the_sweeper_leaves_a_held_call_alone_until_its_time(billing, alice: User, settings):
     settings.AGENTFAST_SWEEP_GRACE_SECONDS = 0
-    later = datetime.now(UTC) + timedelta(milliseconds=800)
-    [approval] = pending(billing(GATED, later))
+    [approval] = pending(billing(GATED))
     decide(approval, "approved")
     run = resume(approval.run)
 
     assert run.id not in sweeper.sweep().runs
 
-    _sleep_until(later)
+    _time_comes(_call(run))
 
     assert run.id in sweeper.sweep().runs
 
 
 def test_a_released_call_is_not_held_again_by_a_later_time(billing, alice: User):
-    """Once its time came the call runs: run_at returns, whatever time the arguments now name."""
-    later = datetime.now(UTC) + timedelta(milliseconds=300)
-    [approval] = pending(billing(GATED, later))
+    """Once its time came the call runs: run_at returns, whatever time the arguments name."""
+    [approval] = pending(billing(GATED))
     decide(approval, "approved")
-    run = resume(approval.run)
-    _sleep_until(later)
-    ToolCall.objects.filter(pk=_call(run).pk).update(
-        arguments={"customer": "c1", "not_before": "2999-01-01T00:00:00+00:00"}
-    )
+    call = _call(resume(approval.run))
+    _time_comes(call)  # the arguments still say three hours from now
 
-    run = resume(run)
+    run = resume(call.run)
 
     assert run.status == Run.Status.COMPLETED
-    assert tool_outputs(run)[-1]["ok"] is True  # released: the call's own later time does not hold it again
     assert SideEffect.objects.filter(tool="charge_after_hours").count() == 1
 
 
-def test_the_run_page_says_until_when_a_held_call_waits(billing, alice: User):
-    later = datetime.now(UTC) + timedelta(hours=3)
-    [approval] = pending(billing(GATED, later))
+@pytest.mark.parametrize("mode", ["suspend", "defer"])
+def test_a_held_call_does_not_run_once_a_deny_rule_matches_it(billing, agent_config, fake_openai, alice, mode):
+    """Like a scheduled call's, a held call's time runs only what the policy as it stands then lets through."""
+    run = billing(DEFERRED if mode == "defer" else GATED)
+    [approval] = pending(run)
+    decide(approval, "approved")
+    call = _call(run)
+    assert (execute_deferred(call.pk) if mode == "defer" else resume(run).status) in ("held", "suspended")
+
+    agent_config(BILLING.format(base_url=fake_openai.base_url, overrides=DENIED.format(mode=mode)))
+    _time_comes(call)
+    if mode == "defer":
+        assert execute_deferred(call.pk) == "denied"
+    else:
+        resume(run)
+
+    call.refresh_from_db()
+    assert (call.status, call.result["error_code"]) == ("rejected", "POLICY_DENIED")
+    assert not SideEffect.objects.exists()
+
+
+def _charge_two_later(body: dict[str, Any]) -> Reply:
+    if tool_messages(body):
+        return Reply(content="done")
+    soon, later = datetime.now(UTC) + LATER, datetime.now(UTC) + 2 * LATER
+    return Reply(
+        tool_calls=[
+            ("call_a", "charge_after_hours", json.dumps({"customer": "c1", "not_before": soon.isoformat()})),
+            ("call_b", "charge_after_hours", json.dumps({"customer": "c2", "not_before": later.isoformat()})),
+        ]
+    )
+
+
+def test_each_drive_of_a_run_holding_two_calls_sends_one_wake_up(transactional_db, billing):
+    """A message per held call would multiply at each hop: every drive they start sends as many again."""
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    take_queued(broker, "agents.tasks.run_drive")
+    run = billing(ALLOWED, _charge_two_later)
+    assert run.status == Run.Status.SUSPENDED
+
+    sent = [take_queued(broker, "agents.tasks.run_drive")]
+    for _hop in range(2):  # each wake-up delivered before the calls' time (a hop of a far time)
+        for _message in sent[-1]:
+            runtime.drive(run.id, stream=False)
+        sent.append(take_queued(broker, "agents.tasks.run_drive"))
+
+    assert [len(messages) for messages in sent] == [1, 1, 1]
+    [(args, _, eta)] = sent[0]
+    assert args == [run.id]
+    assert eta <= _call(run, "c1").not_before  # the earlier time, or a hop before it (a broker holds an eta ≤ 30 min)
+
+
+def test_a_held_deferred_call_does_not_keep_its_run_suspended(transactional_db, billing, alice: User):
+    """A run whose last approval was decided while it was driven (so no resume was sent) goes on."""
+
+    def charge_and_refund(body: dict[str, Any]) -> Reply:
+        if tool_messages(body):
+            return Reply(content="done")
+        charge = {"customer": "c1", "not_before": (datetime.now(UTC) + LATER).isoformat()}
+        refund = {"order_id": "A1001", "amount_cents": 2500}
+        return Reply(
+            tool_calls=[
+                ("call_charge", "charge_after_hours", json.dumps(charge)),
+                ("call_refund", "refund_request", json.dumps(refund)),
+            ]
+        )
+
+    run = billing(DEFERRED, charge_and_refund)
+    charge, refund = _call(run), Approval.objects.get(run=run, tool="refund_request")
+    decide(charge.approval, "approved")
+    assert execute_deferred(charge.pk) == "held"  # waits alone for its time
+    # A worker drives the run (as while another call of the step runs) when the refund is decided.
+    services.run_fail(run_id=run.id, owner=None, error="the model endpoint was down")
+    services.run_request_resume(run_id=run.id, enqueue=False)
+    assert services.run_lease(run_id=run.id, owner="worker-1") is not None
+    assert decide(refund, "approved").resume_enqueued is False  # it saw the run driven
+
+    # The driver, having seen the refund pending, asks to suspend: nothing waits on a person now.
+    assert services.run_suspend(run_id=run.id, owner="worker-1") is False
+
+
+def test_the_pages_and_the_api_say_until_when_a_held_call_waits(billing, alice: User):
+    [approval] = pending(billing(GATED))
     decide(approval, "approved")
     run = resume(approval.run)
+    later = _call(run).not_before
     client = Client()
     client.force_login(alice)
 
@@ -172,7 +259,7 @@ def test_the_run_page_says_until_when_a_held_call_waits(billing, alice: User):
 @pytest.mark.integration
 def test_a_worker_runs_a_held_call_at_its_time_by_itself(billing, alice: User, start_worker):
     later = datetime.now(UTC) + timedelta(seconds=2)
-    [approval] = pending(billing(GATED, later))
+    [approval] = pending(billing(GATED, charge_later(later)))
     start_worker(AGENTFAST_SWEEP_SECONDS="3600")  # only the message sent for the time can resume it
 
     decide(approval, "approved")
