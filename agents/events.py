@@ -79,7 +79,10 @@ def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 
 @receiver(post_save, sender=User)
 def _on_user_saved(sender: Any, instance: User, **kwargs: Any) -> None:
-    if not instance.is_active:
+    # A password set (the site's password change or reset pages too, not only `users password`)
+    # ends the user's other sessions: their open sockets and streams must re-check now.
+    # AbstractBaseUser.save() keeps the new password in `_password` until after this signal.
+    if not instance.is_active or getattr(instance, "_password", None) is not None:
         access_changed(group=user_group(instance.pk))
 
 

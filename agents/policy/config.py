@@ -356,6 +356,15 @@ def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
     grants = file.grants and own.grants
     if not gated:
         return file if grants == file.grants else file.model_copy(update={"grants": grants})
+    # A file ask rule's own quorum never lowers the agent's (as evaluate() says): raised here, so
+    # that whatever reads the rules (a grant checked again, rules.asked) sees the same quorum.
+    raised = own.quorum if own.gated else 1
+    rules = tuple(
+        rule.model_copy(update={"quorum": raised})
+        if rule.action == "ask" and rule.quorum is not None and rule.quorum < raised
+        else rule
+        for rule in file.rules
+    )
     return file.model_copy(
         update={
             "risk": "high",
@@ -367,6 +376,7 @@ def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
             "quorum": max(policy.quorum for policy in gated),
             "four_eyes": any(policy.four_eyes for policy in gated),
             "grants": grants,
+            "rules": rules,
         }
     )
 

@@ -191,12 +191,9 @@ def evaluate(
         break
     else:
         unscheduled = None
-    # An agent's own entry may raise the quorum (config.floor): a file rule's own quorum must not undo that.
-    own = agent.tool_overrides.get(facts.tool) if agent is not None else None
-    raised = own.quorum if own is not None and own.gated else 1
+    # An ask rule's quorum is never under an agent's raised one: config.floor raised it.
     for rule in (r for r in tool.rules if r.action == "ask" and matches(r)):
         approvers, quorum = _askers(rule, base.approvers, base.quorum)
-        quorum = max(quorum, raised)
         return replace(
             base,
             action="ask",

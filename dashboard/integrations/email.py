@@ -47,12 +47,14 @@ def one_click(request: HttpRequest, token: str) -> HttpResponse:
         link = _link(token)
     except LinkRefused as exc:
         return render(request, TEMPLATE, {"refused": str(exc)}, status=400)
-    if request.method == "GET" and not _may_read(link.username):
-        # The mail outlives the role (a forwarded mail, a leaver's mailbox): nothing of the call is shown.
-        # A POST goes on to _decide, which refuses it audited.
+    if not _may_read(link.username):
+        # The mail outlives the role (a forwarded mail, a leaver's mailbox): nothing of the call is
+        # shown, whatever became of it. A POST goes on to _decide, which refuses it audited.
+        if request.method == "POST":
+            return _decide(request, link, {})
         return render(request, TEMPLATE, {"refused": f"{link.username} may not decide approvals."}, status=403)
     context: dict[str, Any] = {"link": link, "approval": link.approval}
-    if link.approval.status != Approval.Status.PENDING:
+    if link.approval.status != Approval.Status.PENDING and request.method == "GET":
         return render(request, TEMPLATE, {**context, "outcome": outcome_line(link.approval)}, status=409)
     if link.decision == Approval.Status.APPROVED and link.approval.request is not None:
         # Mailed before questions lost their Approve link: approving one needs the reviewer's answer.

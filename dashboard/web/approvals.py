@@ -31,9 +31,13 @@ def approval_bulk(request: HttpRequest) -> HttpResponse:
     """
     if request.method == "GET":
         return redirect("inbox")
-    if not is_reviewer(request.user):
-        raise PermissionDenied("reviewers only")
     form = BulkDecisionForm(request.POST)
+    if not is_reviewer(request.user):
+        # Each card is a decision attempt: refused, and audited, as one card's would be.
+        if form.is_valid():
+            for approval_id, _ in form.cleaned_data["cards"]:
+                _refuse(request, approval_id, AuditEntry.Outcome.NOT_PERMITTED, "not a reviewer")
+        raise PermissionDenied("reviewers only")
     if not form.is_valid():
         # The note is shown back to copy: the inbox it was typed on is fetched again, empty.
         note = str(request.POST.get("note", "")).strip()
@@ -96,8 +100,7 @@ def _bulk_one(request: HttpRequest, approval_id: str, digest: str, *, decision: 
             note=note,
             expect_digest=digest,  # empty: not bound (the card was not shown)
         )
-    except services.NotFound:
-        _refuse(request, approval_id, AuditEntry.Outcome.NOT_FOUND, "no such approval")
+    except services.NotFound:  # audited by the service
         return {**refused, "why": "no such approval"}
     except services.AlreadyDecided:
         return {**refused, "why": "someone decided it first"}
@@ -324,9 +327,20 @@ def approval_extend(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
 
 
 @require_POST
-@reviewer_required
+@signin_required
 def approval_run_now(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
     """Run a scheduled call now; answer with the deadline's part."""
+    if not is_reviewer(request.user):
+        # Run now approves the call: a refused press is audited as a refused decision is.
+        attempt = attempt_from(request, source=AuditEntry.Source.WEB)
+        services.approval_refuse(
+            approval_id=approval_id,
+            decision=Approval.Status.APPROVED,
+            attempt=attempt,
+            outcome=AuditEntry.Outcome.NOT_PERMITTED,
+            reason="not a reviewer",
+        )
+        raise PermissionDenied("reviewers only")
     approval = _approval_or_404(approval_id)
     attempt = attempt_from(request, source=AuditEntry.Source.WEB)
     return _deadline_answer(
@@ -346,6 +360,8 @@ def _deadline_answer(
         status, said = 422, exc.message
     except services.WrongState as exc:
         status, said = 409, exc.message
+    except services.NotFound as exc:  # Run now on a call that is not scheduled
+        status, said = 404, exc.message
     approval = selectors.approval_get(approval.id)
     eligibility.mark(request.user, [approval])
     if not request.htmx:

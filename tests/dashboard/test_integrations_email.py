@@ -163,3 +163,38 @@ def test_it_says_a_vote_short_of_the_quorum_is_counted_and_the_call_still_waits(
     assert (
         "refund_request still waits: erin&#x27;s approval is counted (1 of 2 approvals: erin); it runs at 2" in content
     )
+
+
+def test_a_press_after_someone_else_decided_is_audited(mailed, erin, alice, django_capture_on_commit_callbacks):
+    approval = _paused_and_mailed(django_capture_on_commit_callbacks)
+    links = mailed_links(mail.outbox[0])
+
+    status, content = confirm_link(
+        Client(enforce_csrf_checks=True), links["rejected"], between=lambda: decide(approval, "approved", by="alice")
+    )
+
+    assert status == 409 and "already approved by alice" in content
+    entries = AuditEntry.objects.filter(approval_id=approval.id, actor="erin")
+    assert list(entries.values_list("source", "action", "outcome")) == [
+        (AuditEntry.Source.EMAIL, "rejected", AuditEntry.Outcome.ALREADY_DECIDED)
+    ]
+
+
+def test_a_press_by_someone_whose_role_ended_shows_nothing_of_a_decided_call_and_is_audited(
+    mailed, erin, alice, django_capture_on_commit_callbacks
+):
+    approval = _paused_and_mailed(django_capture_on_commit_callbacks)
+    links = mailed_links(mail.outbox[0])
+
+    def decided_and_erin_left() -> None:
+        decide(approval, "approved", by="alice")
+        erin.is_active = False
+        erin.save()
+
+    status, content = confirm_link(Client(enforce_csrf_checks=True), links["rejected"], between=decided_and_erin_left)
+
+    assert status == 403
+    assert "refund_request" not in content and approval.id not in content and "alice" not in content
+    assert Approval.objects.get(pk=approval.pk).status == Approval.Status.APPROVED
+    entries = AuditEntry.objects.filter(approval_id=approval.id, actor="erin")
+    assert list(entries.values_list("outcome", flat=True)) == [AuditEntry.Outcome.NOT_PERMITTED]

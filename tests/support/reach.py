@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import re
 import time
+from collections.abc import Callable
 
 from django.core import mail
 from django.test import Client
@@ -17,12 +18,17 @@ def mailed_links(message: mail.EmailMessage) -> dict[str, str]:
     return {"approved": found["Approve"], "rejected": found["Reject"]}
 
 
-def confirm_link(client: Client, path: str) -> tuple[int, str]:
-    """Open a mailed link's page and press its button, as its recipient would; return the answer's status and text."""
+def confirm_link(client: Client, path: str, *, between: Callable[[], object] | None = None) -> tuple[int, str]:
+    """Open a mailed link's page and press its button, as its recipient would; return the answer's status and text.
+
+    `between` runs after the page opened and before the press (someone else decides meanwhile, say).
+    """
     page = client.get(path)
     if page.status_code != 200:
         return page.status_code, page.content.decode()
     token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.content).group(1).decode()
+    if between is not None:
+        between()
     answer = client.post(path, {"csrfmiddlewaretoken": token})
     return answer.status_code, answer.content.decode()
 
