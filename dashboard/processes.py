@@ -159,7 +159,7 @@ def register(groups: Any) -> None:
     serve = command(groups, "serve", _serve, "serve the web app and API with daphne")
     serve.add_argument(
         "--host",
-        default=os.environ.get("AGENTFAST_HOST") or "127.0.0.1",
+        default=os.environ.get("AGENTFAST_HOST", "").strip() or "127.0.0.1",
         help="default: AGENTFAST_HOST, else 127.0.0.1",
     )
     # A string default goes through `type` only when serve runs: a bad AGENTFAST_PORT fails serve, not every command.
@@ -238,7 +238,8 @@ def log_level() -> str:
     At INFO, beat and the worker write three lines per sweep (every 5 s) and daphne one per
     start-up step, which buries the URL and the login of `make run`.
     """
-    return (os.environ.get("AGENTFAST_LOG_LEVEL") or "WARNING").upper()
+    # Without blanks around it, as the settings read it: celery refuses " INFO".
+    return (os.environ.get("AGENTFAST_LOG_LEVEL", "").strip() or "WARNING").upper()
 
 
 ANNOUNCE_EVERY_SECONDS = 600.0

@@ -28,7 +28,8 @@ from dashboard import processes as embedded_redis
 env = environ.Env()
 _Num = TypeVar("_Num", int, float)
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env.str("AGENTFAST_VAR_DIR", default="") or BASE_DIR / "var").resolve()
+# A value of blanks only (an env file's `NAME= `) counts as unset, as for every other variable.
+VAR_DIR = Path(env.str("AGENTFAST_VAR_DIR", default="").strip() or BASE_DIR / "var").resolve()
 
 
 def _number(name: str, parse: Callable[[str], _Num], what: str) -> tuple[str, _Num] | None:
@@ -132,7 +133,7 @@ def _private_dir(path: Path) -> Path:
     A folder already private is left as it is: on a read-only file system (a container's, with
     var/ made when the image was built) or owned by another user, changing its mode fails.
     """
-    named = bool(env.str("AGENTFAST_VAR_DIR", default=""))
+    named = bool(env.str("AGENTFAST_VAR_DIR", default="").strip())
     if named and env.bool("AGENTFAST_VAR_DIR_MUST_EXIST", default=False) and not path.is_dir():
         raise ImproperlyConfigured(
             f"AGENTFAST_VAR_DIR: the folder {path} does not exist; is the variable mistyped?"
@@ -307,6 +308,17 @@ def _list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in env.list(name, default=default) if item.strip()]
 
 
+def _hosts(name: str, default: list[str]) -> list[str]:
+    """Return the host names listed in the variable (empty: the default), refusing one no Host header can match."""
+    values = _list(name, []) or default
+    for value in values:
+        if re.search(r"[\s/]|://", value):
+            raise ImproperlyConfigured(
+                f"{name}: {value!r} is not a host name (comma-separated names like agentfast.example.com, no scheme)"
+            )
+    return values
+
+
 def _networks(name: str) -> list[str]:
     """Return the IPs or CIDRs listed in the variable, refusing anything else."""
     values = _list(name, [])
@@ -325,7 +337,9 @@ def _proxy_ssl_header(value: str) -> tuple[str, str] | None:
     header, colon, expected = value.partition(":")
     if not colon or not header.strip() or not expected.strip():
         raise ImproperlyConfigured(f"DJANGO_SECURE_PROXY_SSL_HEADER: {value!r} is not like 'X-Forwarded-Proto: https'")
-    return "HTTP_" + header.strip().upper().replace("-", "_"), expected.strip()
+    name = header.strip().upper().replace("-", "_")
+    # Django's own spelling (HTTP_X_FORWARDED_PROTO) names the same header: never prefix it twice.
+    return (name if name.startswith("HTTP_") else "HTTP_" + name), expected.strip()
 
 
 _private_dir(VAR_DIR)
@@ -333,7 +347,7 @@ _private_dir(VAR_DIR)
 # Off unless a developer opts in: a debug page shows settings to anyone who can make an error.
 DEBUG = _bool("DJANGO_DEBUG", False)
 SECRET_KEY = _secret_key(VAR_DIR / "secret_key")
-ALLOWED_HOSTS = _list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+ALLOWED_HOSTS = _hosts("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 # Addresses of the reverse proxies whose X-Forwarded-For is believed (IPs or CIDRs).
 AGENTFAST_TRUSTED_PROXIES = _networks("AGENTFAST_TRUSTED_PROXIES")
 
@@ -539,7 +553,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_ROUTES = {"agents.tasks.run_start": {"priority": 6}}
 
 # Engine tunables.
-AGENTFAST_CONFIG = Path(env.str("AGENTFAST_CONFIG", default="") or BASE_DIR / "agentfast.yaml")
+AGENTFAST_CONFIG = Path(env.str("AGENTFAST_CONFIG", default="").strip() or BASE_DIR / "agentfast.yaml")
 AGENTFAST_TOOL_MODULES = _list("AGENTFAST_TOOL_MODULES", [])
 AGENTFAST_LEASE_SECONDS = _float(
     "AGENTFAST_LEASE_SECONDS", 60, zero=False, minimum=_ENGINE_SECONDS_MIN, maximum=_ENGINE_SECONDS_MAX
@@ -586,6 +600,13 @@ elif env.str("EMAIL_BACKEND", default=""):
     EMAIL_BACKEND = env.str("EMAIL_BACKEND")
     EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
     EMAIL_PORT = _int("EMAIL_PORT", 25, minimum=1, maximum=65535)
+    # The rest of Django's usual names: left unread, a server's login and TLS were dropped without a word.
+    EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="").strip()
+    EMAIL_HOST_PASSWORD = _secret("EMAIL_HOST_PASSWORD")
+    EMAIL_USE_TLS = _bool("EMAIL_USE_TLS", False)
+    EMAIL_USE_SSL = _bool("EMAIL_USE_SSL", False)
+    if EMAIL_USE_TLS and EMAIL_USE_SSL:
+        raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL: turn one of them on, not both")
 else:
     EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
     EMAIL_FILE_PATH = str(VAR_DIR / "mail")
@@ -637,6 +658,11 @@ OPENAI_MAX_RETRIES = _int("OPENAI_MAX_RETRIES", 4, minimum=0, maximum=100)
 OPENAI_TURN_TIMEOUT = _float(
     "OPENAI_TURN_TIMEOUT", 600, zero=False, minimum=_ENGINE_SECONDS_MIN, maximum=_ENGINE_SECONDS_MAX
 )
+
+# The endpoint of `model: openai:<name>` (agents.llm.openai reads it); checked here, as a typo
+# (no scheme) failed every run with the SDK's "Connection error.".
+if env.str("OPENAI_BASE_URL", default="").strip():
+    _http_url("OPENAI_BASE_URL", "")
 
 # A bearer token for Prometheus' scrape of /metrics (an admin's API token works too).
 AGENTFAST_METRICS_TOKEN = _secret("AGENTFAST_METRICS_TOKEN")

@@ -133,4 +133,5 @@ def setup_django(*, existing_state: bool = False) -> None:
 def _config_path() -> str:
     from django.conf import settings
 
-    return os.environ.get("AGENTFAST_CONFIG") or str(getattr(settings, "AGENTFAST_CONFIG", "agentfast.yaml"))
+    named = os.environ.get("AGENTFAST_CONFIG", "").strip()
+    return named or str(getattr(settings, "AGENTFAST_CONFIG", "agentfast.yaml"))

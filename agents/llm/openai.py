@@ -23,7 +23,7 @@ class OpenAIModel:
         self.name = f"openai:{model}"
         self.model = model
         self.client = _client(
-            base_url or os.environ.get("OPENAI_BASE_URL") or None,
+            base_url or os.environ.get("OPENAI_BASE_URL", "").strip() or None,
             # Local OpenAI-compatible servers accept any key; the SDK insists on one.
             api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
             settings.OPENAI_TIMEOUT,

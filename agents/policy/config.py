@@ -302,6 +302,14 @@ class AgentConfig(_Entry):
 
     _tool_names = field_validator("tool_overrides")(_short_names)
 
+    @field_validator("base_url")
+    @classmethod
+    def _http_base_url(cls, value: str | None) -> str | None:
+        # Without a scheme (or with blanks around it) every request failed with the SDK's "Connection error.".
+        if value is not None and not re.fullmatch(r"https?://[^\s/?#]+(/\S*)?", value):
+            raise _problem(f"must be an http(s) URL like https://api.example.com/v1, not {value!r}")
+        return value
+
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
@@ -435,7 +443,7 @@ _cache: dict[tuple[str, float], Policy] = {}
 
 def get_policy() -> Policy:
     """Return the policy of the configured file, re-read when the file changes."""
-    path = Path(os.environ.get("AGENTFAST_CONFIG") or settings.AGENTFAST_CONFIG)
+    path = Path(os.environ.get("AGENTFAST_CONFIG", "").strip() or settings.AGENTFAST_CONFIG)
     try:
         mtime = path.stat().st_mtime
     except OSError as exc:
@@ -498,11 +506,8 @@ def _safe_load_unique(content: str) -> Any:
         loader.dispose()
 
 
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
 def _refuse_duplicate_keys(root: yaml.Node) -> None:
-    """Raise a YAML error naming a key written twice in one mapping (merge keys `<<` may be overridden)."""
+    """Raise a YAML error naming a key written twice in one mapping, `<<` too (what it merges may be overridden)."""
     todo, seen_nodes = [root], set()
     while todo:
         node = todo.pop()
@@ -516,7 +521,9 @@ def _refuse_duplicate_keys(root: yaml.Node) -> None:
         keys: set[tuple[str, str]] = set()
         for key, value in node.value:
             todo.extend((key, value))
-            if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+            # A merge key itself counts: a second `<<` in one mapping would override the first's entries
+            # (write `<<: [*a, *b]`); the keys it merges may still be overridden by the mapping's own.
+            if not isinstance(key, yaml.ScalarNode):
                 continue
             if (key.tag, key.value) in keys:
                 raise yaml.constructor.ConstructorError(
@@ -779,6 +786,42 @@ _CEL_MACRO = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Z
 def cel_loop_variables(expression: str) -> frozenset[str]:
     """Return the loop variables the expression's macros bind (none: it walks no list)."""
     return frozenset(_CEL_MACRO.findall(expression))
+
+
+_CEL_MACRO_CALL = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(")
+# String literals (raw ones take no escapes) and comments: their brackets are no code's.
+_CEL_NOT_CODE = re.compile(
+    r"""(?<![A-Za-z0-9_])(?:[rR][bB]?|[bB][rR])('''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|'[^'\n]*'|"[^"\n]*")"""
+    r"""|(?<![A-Za-z0-9_])[bB]?('''(?:\\[\s\S]|[^\\])*?'''|\"\"\"(?:\\[\s\S]|[^\\])*?\"\"\")"""
+    r"""|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"|//[^\n]*"""
+)
+
+
+@cache
+def cel_macro_depth(expression: str) -> int:
+    """Return how deeply the expression's macros nest: 0 without one, 2 for a macro inside another's body.
+
+    Nested, the inner macro walks its list once per item of the outer one. When the brackets
+    cannot be read (unbalanced once strings are set aside) every macro counts as nested.
+    """
+    calls = len(_CEL_MACRO_CALL.findall(expression))
+    if calls <= 1:
+        return calls
+    code = _CEL_NOT_CODE.sub(lambda found: " " * len(found.group()), expression)
+    starts = {found.end() - 1 for found in _CEL_MACRO_CALL.finditer(code)}
+    if len(starts) != calls:  # a macro's name in a string, or a string read wrong: count every one
+        return calls
+    opened: list[bool] = []  # for each open bracket, whether it is a macro's
+    deepest = 0
+    for position, char in enumerate(code):
+        if char == "(":
+            opened.append(position in starts)
+            deepest = max(deepest, sum(opened))
+        elif char == ")":
+            if not opened:
+                return calls
+            opened.pop()
+    return calls if opened else deepest
 
 
 def compile_cel(expression: str) -> Any:

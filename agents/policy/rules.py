@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from agents.policy.config import AgentSpec, Policy, Rule, ToolPolicy, cel_loop_variables
+from agents.policy.config import AgentSpec, Policy, Rule, ToolPolicy, cel_macro_depth
 
 Action = Literal["allow", "deny", "ask", "schedule"]
 # The most items of one list or map in the arguments a rule with a macro (all, exists,
@@ -156,8 +156,8 @@ def evaluate(
     if not tool.rules and not tool.gated:
         return base  # the common unlisted tool: nothing to evaluate
     variables = facts.variables()
-    too_wide = _too_wide(tool.rules, facts.args)
-    results = {rule.name: _holds(rule, variables, too_wide) for rule in tool.rules}
+    widest = _macro_widest(tool.rules, facts.args)
+    results = {rule.name: _holds(rule, variables, widest) for rule in tool.rules}
     failures = [
         f"rule {name!r} could not be evaluated ({problem})" for name, (_, problem) in results.items() if problem
     ]
@@ -179,7 +179,7 @@ def evaluate(
         return replace(base, action="allow", rule=rule.name, reason=said(f"allowed by rule {rule.name}"))
     for rule in (r for r in tool.rules if r.action == "schedule" and matches(r)):
         # A scheduled call runs by itself: a condition that cannot be evaluated asks a person, as a time that cannot.
-        run_at, problem = (None, "") if results[rule.name][1] else _when(rule, variables, too_wide)
+        run_at, problem = (None, "") if results[rule.name][1] else _when(rule, variables, widest)
         if run_at is not None:
             return replace(
                 base, action="schedule", rule=rule.name, reason=said(f"rule {rule.name} schedules"), run_at=run_at
@@ -220,9 +220,9 @@ def denied(policy: Policy, facts: CallFacts, *, agent: AgentSpec | None = None) 
     if not denying:
         return None
     variables = facts.variables()
-    too_wide = _too_wide(denying, facts.args)
+    widest = _macro_widest(denying, facts.args)
     for rule in denying:
-        held, problem = _holds(rule, variables, too_wide)
+        held, problem = _holds(rule, variables, widest)
         if held or problem:
             reason = rule.reason or f"denied by rule {rule.name}"
             if problem:
@@ -234,9 +234,9 @@ def denied(policy: Policy, facts: CallFacts, *, agent: AgentSpec | None = None) 
 def asked(facts: CallFacts, tool: ToolPolicy) -> tuple[tuple[str, ...], int]:
     """Return who an ask for this call goes to, and how many: the first matching ask rule's, else the tool's."""
     variables = facts.variables()
-    too_wide = _too_wide(tool.rules, facts.args)
+    widest = _macro_widest(tool.rules, facts.args)
     for rule in (r for r in tool.rules if r.action == "ask"):
-        held, problem = _holds(rule, variables, too_wide)
+        held, problem = _holds(rule, variables, widest)
         if held or problem:  # a rule that cannot be evaluated asks: fail closed
             return _askers(rule, tuple(tool.approvers), tool.quorum)
     return tuple(tool.approvers), tool.quorum
@@ -267,9 +267,10 @@ def rule_deadline(rule: Rule, base: Verdict) -> dict[str, Any]:
     }
 
 
-def _when(rule: Rule, variables: dict[str, Any], too_wide: str) -> tuple[datetime | None, str]:
+def _when(rule: Rule, variables: dict[str, Any], widest: int) -> tuple[datetime | None, str]:
     """Evaluate a schedule rule's `at`: (an aware timestamp, "") or (None, the problem)."""
-    if too_wide and cel_loop_variables(rule.at or ""):
+    too_wide = _too_wide(rule.at or "", widest)
+    if too_wide:
         return None, too_wide
     try:
         result = rule.at_program.execute(variables)
@@ -280,9 +281,10 @@ def _when(rule: Rule, variables: dict[str, Any], too_wide: str) -> tuple[datetim
     return (result if result.tzinfo else result.replace(tzinfo=UTC)), ""
 
 
-def _holds(rule: Rule, variables: dict[str, Any], too_wide: str) -> tuple[bool, str]:
+def _holds(rule: Rule, variables: dict[str, Any], widest: int) -> tuple[bool, str]:
     """Evaluate a rule's condition: (held, "") or (False, the problem) when it cannot be evaluated."""
-    if too_wide and cel_loop_variables(rule.when):
+    too_wide = _too_wide(rule.when, widest)
+    if too_wide:
         return False, too_wide
     try:
         result = rule.program.execute(variables)
@@ -293,18 +295,33 @@ def _holds(rule: Rule, variables: dict[str, Any], too_wide: str) -> tuple[bool, 
     return result, ""
 
 
-def _too_wide(rules: Sequence[Rule], args: dict[str, Any]) -> str:
-    """Return why the rules' macros may not walk these arguments ("" when they may, or none has a macro).
+def _macro_widest(rules: Sequence[Rule], args: dict[str, Any]) -> int:
+    """Return the most items of a list or map in the arguments (0 when no rule has a macro to walk them)."""
+    if not any(cel_macro_depth(f"{rule.when} {rule.at or ''}") for rule in rules):
+        return 0
+    return _widest(args)
+
+
+def macro_items(depth: int) -> int:
+    """Return the most items the macros of an expression nested `depth` deep may walk.
 
     CEL has no cost limit, its evaluation holds the GIL, and `map` and `filter` take time
-    quadratic in the list: 10,000 items took seconds, with the whole process stopped.
+    quadratic in the list: 10,000 items took seconds, with the whole process stopped. Nested,
+    the inner macro runs once per item of the outer: the bound keeps items ** (depth + 1)
+    within MACRO_ITEMS ** 2 (1,000 items for one macro, 100 for two nested, 32 for three).
     """
-    if not any(cel_loop_variables(f"{rule.when} {rule.at or ''}") for rule in rules):
+    return MACRO_ITEMS if depth <= 1 else round(MACRO_ITEMS ** (2 / (depth + 1)))
+
+
+def _too_wide(expression: str, widest: int) -> str:
+    """Return why the expression's macros may not walk arguments this wide ("" when they may, or it has none)."""
+    depth = cel_macro_depth(expression)
+    if not depth or widest <= macro_items(depth):
         return ""
-    widest = _widest(args)
-    if widest <= MACRO_ITEMS:
-        return ""
-    return f"a list or map of {widest} items is more than a rule's macros walk ({MACRO_ITEMS})"
+    if depth == 1:
+        return f"a list or map of {widest} items is more than a rule's macros walk ({MACRO_ITEMS})"
+    limit = macro_items(depth)
+    return f"a list or map of {widest} items is more than a rule's macros nested {depth} deep walk ({limit})"
 
 
 def _widest(value: Any) -> int:
