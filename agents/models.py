@@ -523,4 +523,11 @@ class Grant(models.Model):
 
 
 # Notification deliveries live with their channels; imported here so Django sees them as this app's models.
-from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink, SlackLink, SlackRequest  # noqa: E402, F401
+from agents.notify.models import (  # noqa: E402, F401
+    Delivery,
+    DeliveryAttempt,
+    OneClickLink,
+    PrunedFailures,
+    SlackLink,
+    SlackRequest,
+)

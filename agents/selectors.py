@@ -39,6 +39,7 @@ from agents.models import (
     DeliveryAttempt,
     Grant,
     Message,
+    PrunedFailures,
     Run,
     RunEvent,
     SavedAgent,
@@ -496,8 +497,10 @@ def _decided() -> QuerySet[Approval]:
     ).order_by()
 
 
-# Decided by a person: a rule, a grant or a deadline ("policy:…", "grant:…") is nobody.
-_BY_PERSON = ~Q(decided_by="") & ~Q(decided_by__contains=":")
+# Decided by a person: a rule, a grant ("policy:…", "grant:…") or the clock (a deadline, a schedule:
+# agents.services.deadlines' DEADLINE and SCHEDULE) is nobody.
+CLOCK_DECIDERS = ("deadline", "schedule")
+_BY_PERSON = ~Q(decided_by="") & ~Q(decided_by__contains=":") & ~Q(decided_by__in=CLOCK_DECIDERS)
 _PERSON = Case(When(_BY_PERSON, then=F("decided_by")), default=Value(""))
 
 
@@ -566,8 +569,9 @@ def pending_approval_count() -> int:
 
 
 def notification_failure_count() -> int:
-    """Return how many notification delivery attempts failed, ever (attempts are kept: the count never goes down)."""
-    return DeliveryAttempt.objects.exclude(error="").count()  # a failed attempt always says why
+    """Return how many notification delivery attempts failed, ever: those kept, and those housekeeping deleted."""
+    pruned = PrunedFailures.objects.filter(pk=1).values_list("count", flat=True).first() or 0
+    return DeliveryAttempt.objects.exclude(error="").count() + pruned  # a failed attempt always says why
 
 
 def deliveries_due_count() -> int:

@@ -250,6 +250,10 @@ DB_POOL_SIZE = _int("AGENTFAST_DB_POOL", 20, minimum=0)
 
 
 def _postgres(config: dict[str, object]) -> dict[str, object]:
+    # A server-side cursor (QuerySet.iterator() outside a transaction) outlives its transaction,
+    # which a pooler in transaction mode (PgBouncer, as the README suggests) does not keep: off,
+    # as Django's docs say for such a pooler. Long reads go by keyset pages instead (audit_verify).
+    config = {**config, "DISABLE_SERVER_SIDE_CURSORS": True}
     if DB_POOL_SIZE <= 0:
         return {**config, "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True}
     options = dict(config.get("OPTIONS") or {})  # type: ignore[call-overload]

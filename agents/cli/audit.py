@@ -37,6 +37,7 @@ def _as_json(report: Any) -> dict[str, Any]:
     value: dict[str, Any] = {"ok": report.ok, "entries": report.entries, "head": report.head}
     if not report.ok:
         value["problem"] = report.problem
-        value["entry"] = {"id": report.entry_id, "created_at": report.entry_created_at.isoformat()}
+        created_at = report.entry_created_at
+        value["entry"] = {"id": report.entry_id, "created_at": created_at.isoformat() if created_at else None}
         value["message"] = report.message
     return value

@@ -79,6 +79,12 @@ class DeliveryAttempt(models.Model):
         return f"{self.delivery_id}: {self.status_code or self.error[:40]}"
 
 
+class PrunedFailures(models.Model):
+    """Failed delivery attempts housekeeping deleted (one row): the failures counter adds them, so it never goes down."""
+
+    count = models.BigIntegerField(default=0)
+
+
 class SlackLink(models.Model):
     """Which agentfast user a Slack user is (`agentfast users link-slack NAME SLACK_ID`)."""
 

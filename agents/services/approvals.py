@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -758,9 +759,17 @@ def _detail(approval: Approval, voters: list[str] | None = None) -> dict[str, An
         detail["arguments_diff"] = {
             key: [before.get(key), approval.arguments.get(key)]
             for key in sorted(set(before) | set(approval.arguments))
-            if before.get(key) != approval.arguments.get(key)
+            if _json_differs(before, approval.arguments, key)
         }
     return detail
+
+
+def _json_differs(before: dict[str, Any], after: dict[str, Any], key: str) -> bool:
+    """Return whether an argument differs as JSON, as the digest tells: Python's == calls 1 and true equal,
+    and a missing argument and a null one the same."""
+    if (key in before) != (key in after):
+        return True
+    return key in before and json.dumps(before[key], sort_keys=True) != json.dumps(after[key], sort_keys=True)
 
 
 def _audit(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -190,8 +190,24 @@ class ChainReport:
 
 def audit_verify(*, chunk_size: int = 2000) -> ChainReport:
     """Recompute the chain in id order; report the first entry altered, removed or reordered (reads only)."""
+    return _walk(_in_id_order(chunk_size))
+
+
+def _in_id_order(chunk_size: int) -> Iterator[AuditEntry]:
+    """Yield every entry in id order, a page at a time by id.
+
+    Pages, not one cursor held across the table: a million entries read without holding them
+    all, and without a cursor that outlives its transaction (which a pooler in transaction
+    mode drops). Entries appended meanwhile come last, and are checked too.
+    """
     entries = AuditEntry.objects.order_by("id").only("id", "prev_hash", "hash", *HASHED_FIELDS)
-    return _walk(entries.iterator(chunk_size=chunk_size))
+    after = 0
+    while True:
+        page = list(entries.filter(id__gt=after)[:chunk_size])
+        yield from page
+        if len(page) < chunk_size:
+            return
+        after = page[-1].pk
 
 
 def _walk(entries: Iterable[AuditEntry]) -> ChainReport:
@@ -232,5 +248,10 @@ def _broken(count: int, head: str, entry: AuditEntry, problem: str, why: str) ->
         problem=problem,
         entry_id=entry.pk,
         entry_created_at=entry.created_at,
-        message=f"entry #{entry.pk} at {entry.created_at.isoformat()} {problem}: {why}",
+        message=f"entry #{entry.pk} at {_time_text(entry.created_at)} {problem}: {why}",
     )
+
+
+def _time_text(moment: datetime | None) -> str:
+    """Return an entry's time as ISO 8601; one the database gives back unreadable (SQLite's text overwritten) says so."""
+    return moment.isoformat() if moment is not None else "(an unreadable time)"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,7 +17,7 @@ from django.utils import timezone
 from agents import text
 from agents.models import Approval, AuditEntry
 from agents.notify import payloads
-from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink, SlackLink, SlackRequest
+from agents.notify.models import Delivery, DeliveryAttempt, OneClickLink, PrunedFailures, SlackLink, SlackRequest
 from agents.services.approvals import Attempt, audit_run
 from agents.services.errors import InvalidInput, NotFound, WrongState
 
@@ -271,17 +271,30 @@ def notifications_prune(
     )
     links = OneClickLink.objects.filter(created_at__lt=links_before)
     return Pruned(
-        deliveries=_delete_in_batches(deliveries, batch, batches), links=_delete_in_batches(links, batch, batches)
+        deliveries=_delete_in_batches(deliveries, batch, batches, before_delete=_keep_failures_counted),
+        links=_delete_in_batches(links, batch, batches),
     )
 
 
-def _delete_in_batches(rows: QuerySet[Any], batch: int, batches: int) -> int:
+def _keep_failures_counted(delivery_ids: list[int]) -> None:
+    """Add the failed attempts of deliveries about to go to PrunedFailures: /metrics' counter must never go down."""
+    failed = DeliveryAttempt.objects.filter(delivery_id__in=delivery_ids).exclude(error="").count()
+    if failed:
+        PrunedFailures.objects.get_or_create(pk=1)
+        PrunedFailures.objects.filter(pk=1).update(count=F("count") + failed)
+
+
+def _delete_in_batches(
+    rows: QuerySet[Any], batch: int, batches: int, before_delete: Callable[[list[int]], None] | None = None
+) -> int:
     deleted = 0
     for _ in range(batches):
         with transaction.atomic():
             # Chosen and deleted under the rows' locks, the filter applied again: a row a Redeliver
             # made pending between a read and a delete by id alone would be deleted under it.
             ids = list(rows.select_for_update().order_by("created_at", "pk").values_list("pk", flat=True)[:batch])
+            if ids and before_delete is not None:
+                before_delete(ids)
             rows.filter(pk__in=ids).delete()  # a delivery's attempts go with it (CASCADE)
         if not ids:
             break

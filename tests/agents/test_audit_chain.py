@@ -118,6 +118,17 @@ def test_it_reports_an_intact_chain_as_json(history, capsys):
     assert json.loads(out) == {"ok": True, "entries": len(history), "head": history[-1].hash}
 
 
+def test_it_verifies_page_by_page_across_the_pages_edges(history):
+    """Read by keyset pages (no cursor held open): every entry checked once, a break on a page's edge found."""
+    assert services.audit_verify(chunk_size=2) == services.audit_verify()
+    assert services.audit_verify(chunk_size=2).entries == len(history)
+    raw("UPDATE {table} SET actor = %s WHERE id = %s", ["mallory", history[4].pk])  # the first of page 3
+
+    report = services.audit_verify(chunk_size=2)
+
+    assert (report.problem, report.entry_id, report.entries) == ("altered", history[4].pk, 4)
+
+
 def test_it_verifies_an_empty_log(db, capsys):
     assert verify(capsys) == (0, f"ok: 0 entries, head {GENESIS}\n")
 

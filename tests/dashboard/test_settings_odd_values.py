@@ -160,3 +160,12 @@ def test_an_openai_base_url_that_is_no_http_url_is_refused_at_start(tmp_path, va
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert "OPENAI_BASE_URL" in last and "is not an http(s) URL" in last
+
+
+def test_postgres_connections_hold_no_cursor_past_a_transaction():
+    # PgBouncer in transaction mode (README, Production) hands the connection to another client
+    # after each transaction: a server-side cursor that outlives one (QuerySet.iterator() in
+    # autocommit) would be read from a connection that no longer holds it.
+    from dashboard.settings import _database
+
+    assert _database("postgres://agentfast@db.example.com:6432/agentfast")["DISABLE_SERVER_SIDE_CURSORS"] is True
