@@ -1,8 +1,7 @@
-"""Hunt (the record): a decision the clock made (a deadline, a schedule) is nobody's on Insights."""
+"""A decision the clock made (a deadline, a schedule) is nobody's on Insights."""
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 from django.utils import timezone
@@ -12,20 +11,13 @@ from agents.models import Approval
 from agents.services.deadlines import approval_deadline_fire
 from dashboard.web import insights
 from tests.support.flows import pending, start
+from tests.support.policies import support_yaml
 
 REFUND = "Refund order A1001 for 25.00 USD"
-CONFIG = """
-agents:
-  support:
-    model: demo
-    tools: [lookup_order, refund_request, send_email, ask_human]
-tool_overrides:
-  refund_request: {refund}
-"""
 
 
 def test_a_deadlines_approval_is_not_counted_as_a_persons(agent_config, alice):
-    agent_config(CONFIG.format(refund=json.dumps({"risk": "high", "timeout": "1h", "on_timeout": "approve"})))
+    agent_config(support_yaml(timeout="1h", on_timeout="approve"))
     [approval] = pending(start(REFUND))
     # Asked two hours ago, its one-hour deadline passed: the clock approves it, nobody read it.
     Approval.objects.filter(pk=approval.pk).update(
