@@ -50,6 +50,10 @@
       }
       return;
     }
+    // A card picked for a bulk decision, drawn again (a vote's tally): still picked while its arguments are the same.
+    var picked = target.matches(".card") && target.querySelector("input.pick:checked");
+    var fresh = picked && incoming && incoming.querySelector && incoming.querySelector("input.pick");
+    if (fresh && fresh.value === picked.value) fresh.setAttribute("checked", "");
     // The reviewer who decided reads the outcome on the card for a moment before it leaves.
     // The removal push often beats the decision's own HTTP answer, hence "deciding" too.
     if (target.matches(".card.decided, .card.deciding")) {
@@ -85,7 +89,9 @@
     var list = event.detail.target;
     if (!list || list.id !== "inbox-list" || !event.detail.shouldSwap) return;
     var focused = document.activeElement;
-    carried = { cards: [], arrivals: [], focused: null, caret: null };
+    carried = { cards: [], arrivals: [], focused: null, caret: null, picked: [] };
+    // Cards picked for a bulk decision stay picked in the fresh list while their arguments (the digest in the value) are the same.
+    list.querySelectorAll("input.pick:checked").forEach(function (box) { carried.picked.push(box.value); });
     list.querySelectorAll("#inbox-cards > .card").forEach(function (card) {
       if (!workedOn(card) && !card.matches(".deciding")) {
         if (Number(card.dataset.arrivedAt || 0) >= listAskedAt) {
@@ -115,6 +121,9 @@
     var missing = carried.arrivals.filter(function (a) { return list && !document.getElementById(a.card.id); });
     missing.filter(function (a) { return a.first; }).reverse().forEach(function (a) { list.prepend(a.card); });
     missing.filter(function (a) { return !a.first; }).forEach(function (a) { list.appendChild(a.card); });
+    list && list.querySelectorAll("input.pick").forEach(function (box) {
+      if (!box.disabled && carried.picked.indexOf(box.value) >= 0) box.checked = true;
+    });
     var focused = carried.focused;
     if (focused && document.contains(focused)) {
       focused.focus({ preventScroll: true });
@@ -148,7 +157,8 @@
   function leaveSoon(id) {
     setTimeout(function () {
       var card = document.getElementById(id);
-      if (!card) return;
+      // A decision that lost the race answers with a card saying so (and what was typed, to copy): it stays.
+      if (!card || card.querySelector("[role=alert]")) return;
       card.classList.add("leaving");
       setTimeout(function () { card.remove(); }, 600);
     }, 1500);
@@ -357,8 +367,10 @@
 
   function submitterOf(form) {
     var intent = form.dataset.intent;
-    var buttons = Array.prototype.filter.call(
-      form.querySelectorAll("button[type=submit], button:not([type])"), function (b) { return !b.disabled; });
+    // form.elements: a card's answer is sent by a button outside its form (form="answer-…").
+    var buttons = Array.prototype.filter.call(form.elements, function (b) {
+      return b.matches("button[type=submit], button:not([type])") && !b.disabled;
+    });
     var wanted = buttons.find(function (b) { return intent && b.value === intent; });
     return wanted || buttons[0] || null;
   }

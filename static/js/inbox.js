@@ -106,6 +106,15 @@
     event.preventDefault();
   });
 
+  // Enter (Ctrl+Enter too) in the bulk note picks no decision: the form's first button would
+  // approve every picked card, with a note mostly written for a rejection. Its buttons decide.
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && event.target.matches && event.target.matches("#bulk-form input[name=note]")) {
+      event.preventDefault();
+      event.stopPropagation();
+    }
+  }, true);
+
   // A selected card that was decided (here or elsewhere) hands the selection to its neighbour;
   // a swap that replaced the selected card's element (a list refresh) keeps it selected.
   function reselect() {
