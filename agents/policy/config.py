@@ -364,6 +364,11 @@ def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
     grants = file.grants and own.grants
     if not gated:
         return file if grants == file.grants else file.model_copy(update={"grants": grants})
+    # A low-risk file tool whose ask (or schedule) rule asks a person: its keys say how that ask
+    # is decided (mode, quorum, four eyes, deadline), so they count as a gated entry's would.
+    file_asks = file.gated or any(rule.action in ("ask", "schedule") for rule in file.rules)
+    if file_asks and not file.gated:
+        gated = [file, *gated]
     # A file ask rule's own quorum never lowers the agent's (as evaluate() says): raised here, so
     # that whatever reads the rules (a grant checked again, rules.asked) sees the same quorum.
     raised = own.quorum if own.gated else 1
@@ -377,7 +382,7 @@ def floor(file: ToolPolicy, own: ToolPolicy) -> ToolPolicy:
         update={
             "risk": "high",
             "hitl_mode": "suspend" if any(policy.hitl_mode == "suspend" for policy in gated) else "defer",
-            **_deadline_of(file if file.gated and file.deadline_seconds else own if own.gated else file, file),
+            **_deadline_of(file if file_asks and file.deadline_seconds else own if own.gated else file, file),
             # Who may decide is the file's to say (an agent narrowing it to itself would be a
             # way around it); the agent may only ask for more approvers or for four eyes.
             "approvers": file.approvers or own.approvers,

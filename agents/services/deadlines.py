@@ -103,8 +103,25 @@ def approval_deadline_fire(*, approval_id: str) -> str:
         now = timezone.now()
         outcome = approval.on_timeout
         if outcome == Approval.OnTimeout.ESCALATE and approval.escalated_at is None and approval.escalate_to:
-            _escalate(approval, now)
-            return "escalated"
+            try:
+                verdict = verdict_now(approval, approval.current_arguments or {})
+            except ConfigError as exc:
+                logger.warning("deadline of %s not applied: the policy cannot be read (%s)", approval_id, exc)
+                return ""
+            # Escalation hands the call to more people: only to those the policy as it stands still names.
+            if (
+                verdict.action == "ask"
+                and verdict.on_timeout == Approval.OnTimeout.ESCALATE
+                and set(approval.escalate_to) <= set(verdict.escalate_to)
+            ):
+                _escalate(approval, now)
+                return "escalated"
+            approval_expire(
+                approval=approval,
+                actor="system",
+                reason="the policy no longer escalates it: no decision before the deadline",
+            )
+            return "expired"
         if outcome == Approval.OnTimeout.APPROVE and approval.arguments is not None:
             # A pending edit is a vote's that fell short of its quorum: only its voter approved those
             # arguments. Approving them would let one person's edit past the quorum, the model's would
