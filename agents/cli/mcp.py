@@ -42,6 +42,7 @@ def _proxy(args: argparse.Namespace) -> None:
         raise CliError(
             f"--account {args.account}: no active agent account (agentfast users create {args.account} --role agent)"
         )
+    _require_session(args.session)
     if args.listen is not None and not _is_host_and_port(args.listen):
         raise CliError("--listen must be HOST:PORT with a port from 1 to 65535, like 127.0.0.1:8765")
     options = mcp.Options(owner=args.account, session=args.session, server=args.name, wait_seconds=args.wait)
@@ -51,6 +52,21 @@ def _proxy(args: argparse.Namespace) -> None:
     finally:
         # The stdio transport closes stdout when the client leaves; the exit path still flushes it.
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+
+
+def _require_session(session: str) -> None:
+    """Refuse a session no call could be gated under (the gate refused each call, after the proxy started)."""
+    from agents import text
+    from agents.gateway.services import MAX_SESSION_CHARS
+
+    if not session.strip():
+        raise CliError("--session: give a session name; nothing was started")
+    if len(session) > MAX_SESSION_CHARS:
+        raise CliError(f"--session: at most {MAX_SESSION_CHARS} characters; nothing was started")
+    try:
+        text.require_plain_name(session, field="--session")
+    except text.UnsafeText as exc:
+        raise CliError(f"{exc.message}; nothing was started") from None
 
 
 def _is_host_and_port(listen: str) -> bool:

@@ -202,15 +202,20 @@ def approval_deadlines_due() -> int:
     return sum(bool(approval_deadline_fire(approval_id=pk)) for pk in due.values_list("pk", flat=True))
 
 
+MIN_EXTEND_SECONDS = 1  # the API's ExtendIn.by_seconds floor
+
+
 def approval_extend(*, approval_id: str, by_seconds: float, attempt: Attempt) -> Approval:
     """Push a pending approval's deadline later by `by_seconds`; only someone who may decide it may, audited."""
     if (
         isinstance(by_seconds, bool)
         or not isinstance(by_seconds, (int, float))
-        or not 0 < by_seconds <= MAX_TIMEOUT_SECONDS
+        or not MIN_EXTEND_SECONDS <= by_seconds <= MAX_TIMEOUT_SECONDS
     ):
+        # As the API's ExtendIn: less than a second moved nothing, yet was said and audited as an extension.
         raise InvalidInput(
-            f"by_seconds must be a positive number of seconds, at most {MAX_TIMEOUT_SECONDS}", field="by_seconds"
+            f"by_seconds must be a number of seconds from {MIN_EXTEND_SECONDS} to {MAX_TIMEOUT_SECONDS}",
+            field="by_seconds",
         )
     approval = Approval.objects.select_related("run").filter(pk=approval_id).first()
     if approval is None:

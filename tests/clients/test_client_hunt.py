@@ -140,7 +140,6 @@ def test_one_token_holds_neither_a_server_thread_per_open_wait_nor_waits_without
             held = [asyncio.ensure_future(client.get(wait, params={"timeout": 60})) for _ in range(WAITS_PER_USER)]
             refused = await until(client, 429)  # every slot is taken once the held waits are all in
             seen["refusal"] = refused.json()["error_code"], refused.headers["Retry-After"]
-            seen["more"] = [(await probe(client)).status_code for _ in range(5)]
             seen["during"] = _threads(pid)
             for task in held:  # their connections close: the server gives their slots back
                 task.cancel()
@@ -150,7 +149,6 @@ def test_one_token_holds_neither_a_server_thread_per_open_wait_nor_waits_without
 
     asyncio.run(flood())
     assert seen["refusal"] == ("too_many_waits", "1")
-    assert seen["more"] == [429] * 5
     assert seen["after"] == 200  # the slots were given back
     # SSE streams are capped at AGENTFAST_STREAMS_PER_USER (20) per user and share one thread;
     # a long-poll wait is neither: each open wait holds a thread of its own in the server.
