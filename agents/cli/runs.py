@@ -113,11 +113,18 @@ def _wait(run_id: str, timeout: float) -> None:
 
 def _print_outcome(run: Any) -> None:
     if run.status == "suspended":
+        from django.utils import timezone
+
         from agents import selectors
 
-        for approval in selectors.run_approvals_waiting(run):
+        waiting = list(selectors.run_approvals_waiting(run))
+        for approval in waiting:
             echo(f"waiting on {approval.id} ({approval.tool} {compact(approval.tool_call.arguments, 60)})")
-        echo("decide with: agentfast approvals approve|reject <id> --by <you>")
+        if waiting:
+            echo("decide with: agentfast approvals approve|reject <id> --by <you>")
+        elif held := selectors.run_held_until([run.id], timezone.now()).get(run.id):
+            # A decided call its tool put off: nothing to decide, the run goes on at that time.
+            echo(f"decided; waits until {held:%Y-%m-%d %H:%M:%S} UTC for its tool's time, then runs")
     elif run.status == "completed":
         echo(run.output)
     elif run.status == "failed":
@@ -159,7 +166,7 @@ def _show(args: argparse.Namespace) -> None:
             [
                 c["call_id"],
                 c["name"],
-                c["status"] + (" (IN DOUBT)" if c["in_doubt"] else ""),
+                c["status"] + (" (IN DOUBT)" if c["in_doubt"] else "") + _held_note(c),
                 compact(c["executed_arguments"] or c["arguments"], 50),
             ]
             for c in detail["tool_calls"]
@@ -172,6 +179,18 @@ def _show(args: argparse.Namespace) -> None:
         ]
         print_table(["ID", "MODE", "STATUS", "BY", "NOTE"], rows, indent="  ")
     return None
+
+
+def _held_note(call: dict[str, Any]) -> str:
+    """Say until when a decided call its tool put off waits (as the run page does); else nothing."""
+    from datetime import datetime
+
+    from django.utils import timezone
+
+    if call["result"] is not None or not call["not_before"]:
+        return ""
+    when = datetime.fromisoformat(call["not_before"])
+    return f" (waits until {when:%Y-%m-%d %H:%M:%S} UTC)" if when > timezone.now() else ""
 
 
 def _message_text(message: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, Min, OuterRef, Q
 from django.utils import timezone
 
 from agents import events, ids, queue, sql, text
@@ -345,6 +345,12 @@ def run_request_resume(*, run_id: str, enqueue: bool = True, attempt: Attempt | 
             )
             if waiting:
                 raise WrongState(f"run {run_id} waits on {len(waiting)} pending approval(s): {', '.join(waiting)}")
+            if run.auto_resume and (held := _held_until(run_id)) is not None:
+                # Its wake-up is on its way: a drive now only holds the call again and sends one more.
+                raise WrongState(
+                    f"run {run_id} waits until {held:%Y-%m-%d %H:%M:%S} UTC for a decided call its tool put off; "
+                    "it resumes by itself then"
+                )
         elif run.lease_expires_at and run.lease_expires_at > timezone.now():
             raise WrongState(
                 f"run {run_id} is being driven by {run.lease_owner} (lease until {run.lease_expires_at:%H:%M:%S})"
@@ -352,6 +358,24 @@ def run_request_resume(*, run_id: str, enqueue: bool = True, attempt: Attempt | 
         if enqueue:
             queue.drive_on_commit(run_id)
     return _get(run_id)
+
+
+def _held_until(run_id: str) -> datetime | None:
+    """Return when the held call of a suspended run runs, if that is all it waits for; else None.
+
+    None when a decided suspend call of it has nothing to wait for (one decided with --no-resume):
+    a resume runs that one.
+    """
+    now = timezone.now()
+    calls = ToolCall.objects.filter(
+        run_id=run_id,
+        hitl_mode=Approval.Mode.SUSPEND,
+        result__isnull=True,
+        status__in=[ToolCall.Status.APPROVED, ToolCall.Status.REJECTED],
+    )
+    if calls.filter(Q(not_before__isnull=True) | Q(not_before__lte=now)).exists():
+        return None
+    return calls.filter(not_before__gt=now).aggregate(at=Min("not_before"))["at"]
 
 
 def _require_may_resume(run: Run, attempt: Attempt) -> None:

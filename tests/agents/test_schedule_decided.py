@@ -25,6 +25,7 @@ from django.utils import timezone
 from agents import runtime, services, sweeper
 from agents.models import Approval, Run, SideEffect, ToolCall
 from agents.runtime.execution import execute_deferred
+from dashboard import cli
 from tests.conftest import wait_for
 from tests.support.broker import take_queued
 from tests.support.fake_openai import Reply, tool_messages
@@ -266,3 +267,67 @@ def test_a_worker_runs_a_held_call_at_its_time_by_itself(billing, alice: User, s
 
     wait_for(lambda: Run.objects.get(pk=approval.run_id).status == Run.Status.COMPLETED, what="the held call to run")
     assert SideEffect.objects.get(tool="charge_after_hours").created_at >= later
+
+
+def test_runs_resume_inline_of_a_held_run_does_not_ask_for_a_decision(billing, alice: User, capsys) -> None:
+    [approval] = pending(billing(GATED))
+    decide(approval, "approved")
+    capsys.readouterr()
+
+    code = cli.main(["runs", "resume", approval.run_id, "--inline"])
+    out = capsys.readouterr().out
+
+    assert code == 0
+    assert Run.objects.get(pk=approval.run_id).status == Run.Status.SUSPENDED
+    # Nobody can decide anything: the one approval is decided, the call waits for its tool's time.
+    assert "decide with" not in out, out
+    assert f"{_call(approval.run).not_before:%Y-%m-%d %H:%M:%S}" in out, out
+
+
+def test_runs_start_inline_of_a_run_a_rule_allowed_and_its_tool_held(billing, capsys) -> None:
+    billing(ALLOWED)  # the agent as configured; this run of it is the CLI's
+    capsys.readouterr()
+
+    code = cli.main(["runs", "start", "--agent", "billing", "--inline", "--by", "bob", "charge c1 tonight"])
+    out = capsys.readouterr().out
+
+    run = Run.objects.get(pk=out.split()[0])
+    assert code == 0
+    assert run.status == Run.Status.SUSPENDED
+    assert "decide with" not in out, out
+    assert f"{_call(run).not_before:%Y-%m-%d %H:%M:%S}" in out, out
+
+
+def test_runs_show_says_until_when_a_held_call_waits(billing, alice: User, capsys) -> None:
+    """The page says "waits until …" and the API gives not_before; the CLI said only "approved"."""
+    [approval] = pending(billing(GATED))
+    decide(approval, "approved")
+    run = Run.objects.get(pk=approval.run_id)
+    cli.main(["runs", "resume", run.id, "--inline"])
+    capsys.readouterr()
+
+    assert cli.main(["runs", "show", run.id]) == 0
+    out = capsys.readouterr().out
+
+    assert f"waits until {_call(run).not_before:%Y-%m-%d %H:%M:%S}" in out, out
+
+
+def test_resumes_before_the_time_do_not_add_wake_up_chains(transactional_db, billing, alice: User) -> None:
+    """Its wake-up is already on its way: each resume before the time added one more, hopping until then."""
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    take_queued(broker, "agents.tasks.run_drive")
+    run = billing(ALLOWED)
+    assert run.status == Run.Status.SUSPENDED
+    assert len(take_queued(broker, "agents.tasks.run_drive")) == 1  # the one wake-up, kept aside
+    client = Client()
+    client.force_login(alice)
+
+    for _ in range(3):
+        response = client.post(f"/api/runs/{run.id}/resume")
+        assert response.status_code in (200, 409, 422), response.content
+    for _message in take_queued(broker, "agents.tasks.run_drive"):  # the worker takes what the resumes sent
+        runtime.drive(run.id, stream=False)
+
+    assert Run.objects.get(pk=run.id).status == Run.Status.SUSPENDED
+    # Besides the one wake-up above, nothing more is due: one chain, not four.
+    assert take_queued(broker, "agents.tasks.run_drive") == []
