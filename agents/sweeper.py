@@ -117,6 +117,9 @@ def _stranded_runs(now: datetime, grace: datetime) -> tuple[list[str], list[str]
         result__isnull=True,
         status__in=[ToolCall.Status.APPROVED, ToolCall.Status.REJECTED],
     ).values("run_id")
+    held_due = ToolCall.objects.filter(
+        not_before__lte=now, hitl_mode=Approval.Mode.SUSPEND, result__isnull=True, status=ToolCall.Status.APPROVED
+    ).values("run_id")
     unblocked_by = Approval.objects.filter(run=OuterRef("pk"), mode=Approval.Mode.SUSPEND, decided_at__isnull=False)
     decided = (
         Run.objects.filter(pk__in=decided_unrun, status=Run.Status.SUSPENDED, auto_resume=True)
@@ -126,7 +129,9 @@ def _stranded_runs(now: datetime, grace: datetime) -> tuple[list[str], list[str]
             left_to_caller=Subquery(unblocked_by.order_by("-decided_at").values("resume_by_caller")[:1]),
         )
         .filter(last_decision__lt=grace, updated_at__lt=grace)
-        .exclude(left_to_caller=True)
+        # A decider who resumes the run itself resumed it already if a call of it is held: its driver
+        # sent the wake-up for the call's time, which is the system's to repeat once lost.
+        .exclude(Q(left_to_caller=True) & ~Q(pk__in=held_due))
     )
     stranded = [*dead.values_list("id", flat=True), *decided.values_list("id", flat=True)]
     return stranded, list(lost_start.values_list("id", flat=True))

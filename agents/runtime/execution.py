@@ -14,6 +14,7 @@ from agents import queue, services
 from agents.models import Approval, ToolCall
 from agents.policy import ConfigError
 from agents.runtime import outputs
+from agents.services.deadlines import SCHEDULE
 from agents.tools import FeedbackRequired, InvalidArguments, RunLater, Tool, ToolContext, ToolError, registry
 
 logger = logging.getLogger(__name__)
@@ -34,12 +35,14 @@ def context(call: ToolCall, approval: Approval | None) -> ToolContext:
         approval_payload=approval.payload if approval else None,
         approval_note=approval.note if approval else "",
         edited=approval is not None and approval.arguments is not None,
-        # A scheduled call whose time came, or a decided one its tool put off (held till not_before).
+        # A scheduled call run now by a person, or a decided one its tool put off (held till not_before).
+        # A schedule rule's time coming is no leave to skip the tool's own run_at: that holds the call.
         released=call.not_before is not None
         or (
             approval is not None
             and approval.on_timeout == Approval.OnTimeout.RUN
             and approval.status == Approval.Status.APPROVED
+            and approval.decided_by != SCHEDULE
         ),
     )
 
@@ -141,7 +144,10 @@ def execute_deferred(tool_call_pk: int) -> str:
     except ConfigError:  # the policy cannot be read: the sweeper sends the call again
         return "policy unreadable"
     if refused is not None:
-        services.toolcall_record_result(tool_call=call, status=ToolCall.Status.REJECTED, output=refused)
+        if not services.toolcall_record_result(
+            tool_call=call, status=ToolCall.Status.REJECTED, output=refused, unclaimed=True
+        ):
+            return "claimed elsewhere"
         return "denied"
     claimed_at = services.toolcall_claim(tool_call=call)
     if claimed_at is None:

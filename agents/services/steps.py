@@ -303,14 +303,24 @@ def toolcall_finish(
 
 
 def toolcall_record_result(
-    *, tool_call: ToolCall, status: str, output: dict[str, Any], executed_arguments: dict[str, Any] | None = None
+    *,
+    tool_call: ToolCall,
+    status: str,
+    output: dict[str, Any],
+    executed_arguments: dict[str, Any] | None = None,
+    unclaimed: bool = False,
 ) -> bool:
-    """Memoize the output of a deferred call; the run's driver tells the model later."""
+    """Memoize the output of a deferred call; the run's driver tells the model later.
+
+    `unclaimed`: an outcome decided without running the tool (a refusal), stored only while no
+    worker holds the call's claim: one that does is running the tool, and its result is the call's.
+    """
     output, executed_arguments = text.repair(output), text.repair(executed_arguments)
+    rows = ToolCall.objects.filter(pk=tool_call.pk, result__isnull=True)
+    if unclaimed:
+        rows = rows.filter(executed_at__isnull=True)
     with transaction.atomic():
-        stored = ToolCall.objects.filter(pk=tool_call.pk, result__isnull=True).update(
-            status=status, result=output, executed_arguments=executed_arguments
-        )
+        stored = rows.update(status=status, result=output, executed_arguments=executed_arguments)
         if stored:
             type, data = _result_event(tool_call, output, deferred=True)
             events.publish(run_id=tool_call.run_id, type=type, data=data)
