@@ -77,9 +77,11 @@ def person(name: str, flag: str = "--by") -> str:
 
 def attempt(by: str) -> Any:
     """Return a decision attempt from this command line: the named person, from user@host."""
-    from agents import services
+    from agents import selectors, services
 
-    return services.Attempt(actor=person(by), source="cli", origin=f"{getpass.getuser()}@{socket.gethostname()}")
+    # Names are unique ignoring case: "Alice" is alice, as `runs start --by` records her (one person, one vote).
+    name = selectors.username_as_spelled(person(by))
+    return services.Attempt(actor=name, source="cli", origin=f"{getpass.getuser()}@{socket.gethostname()}")
 
 
 def count(value: str) -> int:

@@ -271,7 +271,8 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
     same = Vote.objects.filter(approval=approval, decision=ask.decision, **key).first()
     if same is None:
         vote.save(force_insert=True)
-    elif _is_last_vote(approval, same) and ask.note in ("", same.note):
+    elif not edited and _is_last_vote(approval, same) and ask.note in ("", same.note):
+        # (An edit back to arguments this voter approved before changed them: a vote to audit and announce.)
         detail = {"note": ask.note, "arguments_digest": approval.digest, "tally": approval.tally}
         _audit(approval, ask.attempt, action=ask.decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail=detail)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.IDEMPOTENT)
