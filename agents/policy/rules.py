@@ -174,7 +174,10 @@ def evaluate(
     grant = (grant_lookup or no_grant)(facts, tool) if tool.grants else None
     if grant is not None:
         reason = said(grant.reason or f"{'approved' if grant.action == 'allow' else 'rejected'} by grant {grant.id}")
-        return replace(base, action=grant.action, grant_id=grant.id, reason=reason)
+        # The grant stands in for whom the policy asks for this call (an ask rule's approvers, as
+        # grant_match judged its creator by): the decision recorded, and grant_use, check the same.
+        approvers, quorum = asked(facts, tool)
+        return replace(base, action=grant.action, grant_id=grant.id, reason=reason, approvers=approvers, quorum=quorum)
     for rule in (r for r in tool.rules if r.action == "allow" and matches(r)):
         return replace(base, action="allow", rule=rule.name, reason=said(f"allowed by rule {rule.name}"))
     for rule in (r for r in tool.rules if r.action == "schedule" and matches(r)):
