@@ -27,7 +27,7 @@ from agents.policy import get_policy
 from agents.policy.config import Policy, ToolPolicy
 from agents.policy.rules import CallFacts, Verdict, evaluate
 from agents.services.errors import InvalidInput, ServiceError
-from agents.services.grants import GrantLapsed, grant_match
+from agents.services.grants import GrantLapsed, grant_match_except
 from agents.services.steps import (
     PlannedCall,
     _approval,
@@ -124,14 +124,16 @@ def gate_call(*, owner: str, request: GateRequest, unlisted: ToolPolicy | None =
         now=timezone.now(),
         account=owner,
     )
+    lapsed: set[str] = set()
     while True:
-        verdict = evaluate(policy_for(request.tool, unlisted), facts, grant_lookup=grant_match)
+        verdict = evaluate(policy_for(request.tool, unlisted), facts, grant_lookup=grant_match_except(lapsed))
         try:
             with transaction.atomic():
                 _record(run, call_id, request, verdict)
         except IntegrityError:  # the same call gated concurrently: the other request recorded it
             return _repeat(owner, ToolCall.objects.get(run=run, call_id=call_id), request)
-        except GrantLapsed:  # revoked or expired since it matched, nothing written: decide without it
+        except GrantLapsed as exc:  # revoked or expired since it matched, nothing written: decide without it
+            lapsed.add(exc.grant_id)
             facts = replace(facts, now=timezone.now())
             continue
         return _answer(owner, ToolCall.objects.select_related("run").get(run=run, call_id=call_id))

@@ -32,7 +32,7 @@ from agents.policy.rules import CallFacts, Verdict, evaluate
 from agents.runtime import execution, outputs
 from agents.runtime.history import model_messages
 from agents.services import LeaseLost, PlannedCall
-from agents.services.grants import GrantLapsed, grant_match
+from agents.services.grants import GrantLapsed, grant_match_except
 from agents.tools import FeedbackRequired, InvalidArguments, RunLater, Tool, ToolError, registry
 
 logger = logging.getLogger(__name__)
@@ -266,6 +266,7 @@ class _Driver:
         self.messages: list[Message] = []
         self.calls: list[ToolCall] = []
         self.approvals: dict[int, Approval] = {}
+        self.lapsed_grants: set[str] = set()  # grants that matched a call of this drive and lapsed at its write
         self.wake_at: datetime | None = None  # the earliest time a held call of the open step waits for
 
     # -- the loop --------------------------------------------------------------------
@@ -368,8 +369,9 @@ class _Driver:
                     calls=planned,
                     suspend=suspend,
                 )
-            except GrantLapsed:
-                continue  # a grant lapsed between its match and the write, which wrote nothing: plan without it
+            except GrantLapsed as exc:  # it lapsed between its match and the write, which wrote nothing
+                self.lapsed_grants.add(exc.grant_id)  # plan without it
+                continue
             self.steps += 1
             return suspend
 
@@ -462,7 +464,7 @@ class _Driver:
         """Return what agentfast.yaml says about this call of this run."""
         run = {"id": self.run.id, "agent": self.run.agent, "created_by": self.run.created_by, "input": self.run.input}
         facts = CallFacts(tool=tool_name, args=arguments, agent=self.agent.name, run=run, now=timezone.now())
-        return evaluate(get_policy(), facts, agent=self.agent, grant_lookup=grant_match)
+        return evaluate(get_policy(), facts, agent=self.agent, grant_lookup=grant_match_except(self.lapsed_grants))
 
     # -- settling the open step ------------------------------------------------------
 

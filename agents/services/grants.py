@@ -15,6 +15,7 @@ own say, so another account naming the same agent is not covered).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,7 +29,7 @@ from agents import sql, text
 from agents.models import Approval, AuditEntry, Grant, Run, arguments_digest
 from agents.policy import config
 from agents.policy.config import AgentSpec, ConfigError, ToolPolicy, agent_for, get_policy
-from agents.policy.rules import CallFacts, GrantMatch, Verdict, asked
+from agents.policy.rules import CallFacts, GrantLookup, GrantMatch, Verdict, asked
 from agents.services import eligibility
 from agents.services.audit import audit_append
 from agents.services.errors import InvalidInput, NotFound, NotPermitted
@@ -269,6 +270,25 @@ def _active_reviewer(username: str) -> User | None:
 
 class GrantLapsed(Exception):
     """The grant that matched a call was revoked or expired, or its creator lost their say, before it was recorded."""
+
+    def __init__(self, grant_id: str) -> None:
+        super().__init__(grant_id)
+        self.grant_id = grant_id
+
+
+def grant_match_except(lapsed: Collection[str]) -> GrantLookup:
+    """Return grant_match, blind to the grants that lapsed at a write of this caller's.
+
+    A caller plans a call again after GrantLapsed. A grant that matches and then lapses every
+    time (its match and its use judging it differently) would make that a loop for ever: once
+    lapsed, it is not tried again, and the plan ends, at worst with a person asked.
+    """
+
+    def lookup(facts: CallFacts, tool: ToolPolicy) -> GrantMatch | None:
+        match = grant_match(facts, tool)
+        return None if match is not None and match.id in lapsed else match
+
+    return lookup
 
 
 def grant_use(*, approval: Approval, verdict: Verdict) -> None:

@@ -6,6 +6,9 @@ import pytest
 
 from agents import services, sql
 from agents.models import Approval, Grant, Run
+from agents.policy import get_policy
+from agents.policy.rules import CallFacts
+from agents.services.grants import grant_match_except
 from tests.support import flows
 
 TOOL = services.Remember(scope="tool", seconds=3600)
@@ -91,3 +94,17 @@ def test_the_gate_answers_an_external_call_a_grant_decides_under_an_ask_rules_ap
 
     assert answer.decision == "allowed"
     assert Approval.objects.get(pk=answer.approval_id).decided_by == f"grant:{grant.id}"
+
+
+def test_a_grant_that_lapsed_at_a_write_is_not_matched_again_by_the_same_caller(agent_config, alice):
+    """Whatever makes a grant match and then lapse, the caller's next plan goes without it: no loop."""
+    agent_config(POLICY)
+    services.user_set_groups(username="alice", groups=("finance",))
+    [first] = flows.pending(flows.start(REFUND))
+    flows.decide(first, "approved", by="alice", remember=TOOL)
+    grant = Grant.objects.get()
+    facts = CallFacts(tool="refund_request", args=first.tool_call.arguments, agent="support", run={}, now=None)
+    tool = get_policy().tool_policy("refund_request")
+
+    assert grant_match_except(set())(facts, tool).id == grant.id
+    assert grant_match_except({grant.id})(facts, tool) is None
