@@ -26,7 +26,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
-from django.db.models.signals import m2m_changed, post_save
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 from django.dispatch import receiver
 
 from agents import sql, text
@@ -84,6 +84,28 @@ def _on_user_saved(sender: Any, instance: User, **kwargs: Any) -> None:
     # AbstractBaseUser.save() keeps the new password in `_password` until after this signal.
     if not instance.is_active or getattr(instance, "_password", None) is not None:
         access_changed(group=user_group(instance.pk))
+
+
+@receiver(pre_save, sender=User)
+def _on_user_renamed(sender: Any, instance: User, raw: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
+    if raw or instance.pk is None or (update_fields is not None and "username" not in update_fields):
+        return  # a new user, a fixture, or a save that leaves the name (a login's last_login)
+    old = User.objects.filter(pk=instance.pk).values_list("username", flat=True).first()
+    if old is not None and old != instance.username:
+        _name_left(old, f"{old} was renamed {instance.username}")
+
+
+@receiver(post_delete, sender=User)
+def _on_user_deleted(sender: Any, instance: User, **kwargs: Any) -> None:
+    _name_left(instance.username, f"{instance.username} was deleted")
+
+
+def _name_left(username: str, why: str) -> None:
+    """Grants name their creator by user name: once it is no longer theirs, whoever takes it next
+    (a new account, another renamed one) would decide with them. They are revoked, audited."""
+    from agents.services.grants import grants_revoke_of  # the services import this module
+
+    grants_revoke_of(username=username, reason=why)
 
 
 @receiver(m2m_changed, sender=User.groups.through)

@@ -188,6 +188,30 @@ def grant_revoke(*, grant_id: str, actor: str, source: str) -> Grant:
     return grant
 
 
+def grants_revoke_of(*, username: str, reason: str) -> int:
+    """Revoke the live grants a user name created, by the system, each audited; return how many.
+
+    For a name that is no longer its person's (renamed, deleted): a grant is looked up by its
+    creator's name each time it would apply, so the next holder of the name would inherit it.
+    """
+    live = list(Grant.objects.filter(created_by=username, revoked_at__isnull=True))
+    with transaction.atomic():
+        for grant in live:
+            if Grant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
+                revoked_at=timezone.now(), revoked_by="system"
+            ):
+                grant.refresh_from_db()
+                _audit_grant(
+                    grant,
+                    "system",
+                    AuditEntry.Source.SYSTEM,
+                    "revoked",
+                    AuditEntry.Outcome.DECIDED,
+                    {**_described(grant), "reason": reason},
+                )
+    return len(live)
+
+
 def _is_admin(username: str) -> bool:
     user = User.objects.filter(username=username, is_active=True).first()
     return user is not None and user.has_perm(eligibility.ADMIN)

@@ -41,8 +41,8 @@ from agents.gateway.selectors import GATE_PERMISSION
 from agents.models import Run, RunEvent
 from agents.runtime.driver import DriveResult
 from agents.services import tokens
-from dashboard.api.auth import ApiError
-from dashboard.auth import is_reviewer, session_holds
+from dashboard.api.auth import ApiError, Unauthenticated
+from dashboard.auth import UNKNOWN_TOKEN, is_reviewer, session_holds
 from dashboard.live.hub import BATCH, Shared, Watch, read
 from dashboard.live.wire import StreamWire, stream_send
 
@@ -252,6 +252,9 @@ async def viewer_of(request: HttpRequest, *, own_session: bool = False) -> Viewe
     user = request.auth  # type: ignore[attr-defined]  # what ninja's authentication returned: the user, resolved already
     token = _bearer(request)
     token_id = await read(_token_id, token) if token else None
+    if token and token_id is None:
+        # Revoked since it authenticated this request: a viewer without its token would never be ended by a revoke.
+        raise Unauthenticated(UNKNOWN_TOKEN)
     session_key = None if token else request.session.session_key
     return Viewer(user_id=user.pk, token_id=token_id, session_key=session_key, own_session=own_session)
 
