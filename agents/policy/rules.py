@@ -171,12 +171,16 @@ def evaluate(
 
     for rule in (r for r in tool.rules if r.action == "deny" and matches(r)):
         return replace(base, action="deny", rule=rule.name, reason=said(rule.reason or f"denied by rule {rule.name}"))
+    # Whom the policy asks for this call: the first matching ask rule's approvers and quorum (as
+    # asked() says, from the conditions evaluated above), else the tool's.
+    # An ask rule's quorum is never under an agent's raised one: config.floor raised it.
+    ask_rule = next((r for r in tool.rules if r.action == "ask" and matches(r)), None)
+    approvers, quorum = _askers(ask_rule, base.approvers, base.quorum) if ask_rule else (base.approvers, base.quorum)
     grant = (grant_lookup or no_grant)(facts, tool) if tool.grants else None
     if grant is not None:
         reason = said(grant.reason or f"{'approved' if grant.action == 'allow' else 'rejected'} by grant {grant.id}")
-        # The grant stands in for whom the policy asks for this call (an ask rule's approvers, as
-        # grant_match judged its creator by): the decision recorded, and grant_use, check the same.
-        approvers, quorum = asked(facts, tool)
+        # The grant stands in for those asked (grant_match judged its creator by them): the decision
+        # recorded, and grant_use, check the same.
         return replace(base, action=grant.action, grant_id=grant.id, reason=reason, approvers=approvers, quorum=quorum)
     for rule in (r for r in tool.rules if r.action == "allow" and matches(r)):
         return replace(base, action="allow", rule=rule.name, reason=said(f"allowed by rule {rule.name}"))
@@ -194,17 +198,15 @@ def evaluate(
         break
     else:
         unscheduled = None
-    # An ask rule's quorum is never under an agent's raised one: config.floor raised it.
-    for rule in (r for r in tool.rules if r.action == "ask" and matches(r)):
-        approvers, quorum = _askers(rule, base.approvers, base.quorum)
+    if ask_rule is not None:
         return replace(
             base,
             action="ask",
-            rule=rule.name,
-            reason=said(f"rule {rule.name} asks"),
+            rule=ask_rule.name,
+            reason=said(f"rule {ask_rule.name} asks"),
             approvers=approvers,
             quorum=quorum,
-            **rule_deadline(rule, base),
+            **rule_deadline(ask_rule, base),
         )
     if unscheduled is not None:
         return replace(base, action="ask", rule=unscheduled.name, reason=said(""))
