@@ -56,16 +56,12 @@ def _proxy(args: argparse.Namespace) -> None:
 
 def _require_session(session: str) -> None:
     """Refuse a session no call could be gated under (the gate refused each call, after the proxy started)."""
-    from agents import text
-    from agents.gateway.services import MAX_SESSION_CHARS
+    from agents.gateway.services import MAX_SESSION_CHARS, require_name
+    from agents.services.errors import InvalidInput
 
-    if not session.strip():
-        raise CliError("--session: give a session name; nothing was started")
-    if len(session) > MAX_SESSION_CHARS:
-        raise CliError(f"--session: at most {MAX_SESSION_CHARS} characters; nothing was started")
     try:
-        text.require_plain_name(session, field="--session")
-    except text.UnsafeText as exc:
+        require_name(session, "--session", MAX_SESSION_CHARS)
+    except InvalidInput as exc:
         raise CliError(f"{exc.message}; nothing was started") from None
 
 

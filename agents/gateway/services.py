@@ -152,13 +152,22 @@ def is_tool_name(name: str) -> bool:
     return _TOOL_NAME.fullmatch(name) is not None
 
 
+def require_name(value: object, name: str, limit: int) -> None:
+    """Refuse a name a gated call is filed under (agent, session, call id): missing, too long, or
+    holding what would hide in the inbox and the run lists (InvalidInput naming it)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{name} is required", field=name)
+    if len(value) > limit:
+        raise InvalidInput(f"{name} is longer than {limit} characters", field=name)
+    try:
+        text.require_plain_name(value, field=name)
+    except text.UnsafeText as exc:
+        raise InvalidInput(exc.message, field=exc.field) from None
+
+
 def _validate(request: GateRequest) -> None:
     for name, limit in (("agent", MAX_NAME_CHARS), ("session", MAX_SESSION_CHARS), ("call_id", MAX_SESSION_CHARS)):
-        value = getattr(request, name)
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidInput(f"{name} is required", field=name)
-        if len(value) > limit:
-            raise InvalidInput(f"{name} is longer than {limit} characters", field=name)
+        require_name(getattr(request, name), name, limit)
     if not is_tool_name(request.tool or ""):
         raise InvalidInput(TOOL_NAME_RULE, field="tool")
     if not isinstance(request.arguments, dict):
@@ -168,8 +177,6 @@ def _validate(request: GateRequest) -> None:
     if len(request.description) > MAX_DESCRIPTION_CHARS:
         raise InvalidInput(f"description is longer than {MAX_DESCRIPTION_CHARS} characters", field="description")
     try:
-        for name in ("agent", "session", "call_id"):  # shown in the inbox and the run lists
-            text.require_plain_name(getattr(request, name), field=name)
         for name in ("arguments", "description", "metadata"):
             text.require_clean(getattr(request, name), field=name)
     except text.UnsafeText as exc:
