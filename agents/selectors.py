@@ -46,6 +46,7 @@ from agents.models import (
     SideEffect,
     ToolCall,
 )
+from agents.services.deadlines import DEADLINE, SCHEDULE
 from agents.services.errors import NotFound
 
 # The events the cross-run approval feed carries.
@@ -497,9 +498,8 @@ def _decided() -> QuerySet[Approval]:
     ).order_by()
 
 
-# Decided by a person: a rule, a grant ("policy:…", "grant:…") or the clock (a deadline, a schedule:
-# agents.services.deadlines' DEADLINE and SCHEDULE) is nobody.
-CLOCK_DECIDERS = ("deadline", "schedule")
+# Decided by a person: a rule, a grant ("policy:…", "grant:…") or the clock (a deadline, a schedule) is nobody.
+CLOCK_DECIDERS = (DEADLINE, SCHEDULE)
 _BY_PERSON = ~Q(decided_by="") & ~Q(decided_by__contains=":") & ~Q(decided_by__in=CLOCK_DECIDERS)
 _PERSON = Case(When(_BY_PERSON, then=F("decided_by")), default=Value(""))
 
