@@ -270,8 +270,9 @@ def _unrecorded(form: DecisionForm) -> list[tuple[str, str]]:
     return [(label, words) for label, words in typed if words]
 
 
-def _refuse(request: HttpRequest, approval_id: str, outcome: str, reason: str) -> None:
-    decision = str(request.POST.get("decision", ""))
+def _refuse(request: HttpRequest, approval_id: str, outcome: str, reason: str, decision: str | None = None) -> None:
+    """Audit a refused decision attempt: the decision asked for (the form's, unless given)."""
+    decision = str(request.POST.get("decision", "")) if decision is None else decision
     attempt = attempt_from(request, source=AuditEntry.Source.WEB)
     services.approval_refuse(
         approval_id=approval_id, decision=decision, attempt=attempt, outcome=outcome, reason=reason
@@ -332,14 +333,7 @@ def approval_run_now(request: HtmxHttpRequest, approval_id: str) -> HttpResponse
     """Run a scheduled call now; answer with the deadline's part."""
     if not is_reviewer(request.user):
         # Run now approves the call: a refused press is audited as a refused decision is.
-        attempt = attempt_from(request, source=AuditEntry.Source.WEB)
-        services.approval_refuse(
-            approval_id=approval_id,
-            decision=Approval.Status.APPROVED,
-            attempt=attempt,
-            outcome=AuditEntry.Outcome.NOT_PERMITTED,
-            reason="not a reviewer",
-        )
+        _refuse(request, approval_id, AuditEntry.Outcome.NOT_PERMITTED, "not a reviewer", Approval.Status.APPROVED)
         raise PermissionDenied("reviewers only")
     approval = _approval_or_404(approval_id)
     attempt = attempt_from(request, source=AuditEntry.Source.WEB)
