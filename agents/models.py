@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.db import models
@@ -164,6 +165,15 @@ class ToolCall(models.Model):
     @property
     def in_doubt(self) -> bool:
         return self.status == self.Status.IN_DOUBT
+
+    def held(self, now: datetime) -> bool:
+        """Return whether this decided call waits for the time its tool asked for (run_at), still to come."""
+        return self.not_before is not None and self.not_before > now
+
+    @staticmethod
+    def due(now: datetime) -> models.Q:
+        """Return a filter of the calls not held (as held() says): no time of their tool's, or it has come."""
+        return models.Q(not_before__isnull=True) | models.Q(not_before__lte=now)
 
 
 class Approval(models.Model):

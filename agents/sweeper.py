@@ -75,7 +75,7 @@ def _stranded_deferred_calls(now: datetime, grace: datetime) -> list[int]:
     return list(
         ToolCall.objects.filter(
             Q(resent_at__isnull=True) | Q(resent_at__lt=grace),
-            Q(not_before__isnull=True) | Q(not_before__lte=now),
+            ToolCall.due(now),
             hitl_mode=Approval.Mode.DEFER,
             result__isnull=True,
             executed_at__isnull=True,
@@ -112,7 +112,7 @@ def _stranded_runs(now: datetime, grace: datetime) -> tuple[list[str], list[str]
         status=Run.Status.QUEUED, auto_resume=True, lease_expires_at__isnull=True, updated_at__lt=grace
     )
     decided_unrun = ToolCall.objects.filter(
-        Q(not_before__isnull=True) | Q(not_before__lte=now),  # a call its tool put off waits for its time
+        ToolCall.due(now),  # a call its tool put off waits for its time
         hitl_mode=Approval.Mode.SUSPEND,
         result__isnull=True,
         status__in=[ToolCall.Status.APPROVED, ToolCall.Status.REJECTED],

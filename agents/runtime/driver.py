@@ -505,15 +505,15 @@ class _Driver:
         return False
 
     def _held(self, call: ToolCall) -> bool:
-        """Return whether a decided call waits for the time its tool asked for (and send the drive for it)."""
-        if call.not_before is None or call.not_before <= timezone.now():
+        """Return whether a decided call waits for the time its tool asked for (and wake the run then)."""
+        if call.not_before is None or not call.held(timezone.now()):
             return False
-        self._drive_at(call.not_before)
+        self._wake_by(call.not_before)
         return True
 
-    def _drive_at(self, when: datetime) -> None:
-        # Sent once the step is settled, for its earliest held call (_settle_open_step). As after
-        # a decision: a run its caller drives (auto_resume off) is resumed by that caller.
+    def _wake_by(self, when: datetime) -> None:
+        """Have the run driven again by `when`: the drive message goes once the step is settled, for
+        its earliest held call (_settle_open_step), not one per call."""
         self.wake_at = when if self.wake_at is None else min(self.wake_at, when)
 
     def _execute(self, call: ToolCall, approval: Approval | None) -> bool:
@@ -556,7 +556,7 @@ class _Driver:
                 return True
             if not ctx.released:  # decided, by a person or a rule: the decision waits for the tool's time
                 services.toolcall_hold(owner=self.owner, tool_call=call, claimed_at=claimed_at, run_at=exc.when)
-                self._drive_at(exc.when)
+                self._wake_by(exc.when)
                 return True
             status = ToolCall.Status.FAILED
             output = outputs.error("TOOL_ERROR", f"{call.name} asked to run later again after its time came")

@@ -136,7 +136,7 @@ def execute_deferred(tool_call_pk: int) -> str:
         output = outputs.error("INVALID_ARGUMENTS", exc.message)
         services.toolcall_record_result(tool_call=call, status=ToolCall.Status.FAILED, output=output)
         return "invalid arguments"
-    if call.not_before is not None and call.not_before > timezone.now():  # its tool's time has not come
+    if call.not_before is not None and call.held(timezone.now()):  # its tool's time has not come
         queue.deferred_at_on_commit(call.pk, call.not_before)
         return "held"
     try:

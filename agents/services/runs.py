@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, Min, OuterRef, Q
+from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
 from agents import events, ids, queue, sql, text
@@ -373,7 +373,7 @@ def _held_until(run_id: str) -> datetime | None:
         result__isnull=True,
         status__in=[ToolCall.Status.APPROVED, ToolCall.Status.REJECTED],
     )
-    if calls.filter(Q(not_before__isnull=True) | Q(not_before__lte=now)).exists():
+    if calls.filter(ToolCall.due(now)).exists():
         return None
     return calls.filter(not_before__gt=now).aggregate(at=Min("not_before"))["at"]
 
