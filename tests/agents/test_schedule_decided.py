@@ -25,6 +25,7 @@ from django.utils import timezone
 from agents import runtime, services, sweeper
 from agents.models import Approval, Run, SideEffect, ToolCall
 from agents.runtime.execution import execute_deferred
+from agents.services.deadlines import approval_deadline_fire
 from dashboard import cli
 from tests.conftest import wait_for
 from tests.support.broker import take_queued
@@ -52,6 +53,10 @@ DENIED = """
     hitl_mode: {mode}
     rules:
       - {{name: no c1, when: "args.customer == 'c1'", action: deny}}"""
+SCHEDULED = """
+    risk: high
+    rules:
+      - {name: later, action: schedule, at: 'now + duration("1h")'}"""
 LATER = timedelta(hours=3)
 
 
@@ -331,3 +336,81 @@ def test_resumes_before_the_time_do_not_add_wake_up_chains(transactional_db, bil
     assert Run.objects.get(pk=run.id).status == Run.Status.SUSPENDED
     # Besides the one wake-up above, nothing more is due: one chain, not four.
     assert take_queued(broker, "agents.tasks.run_drive") == []
+
+
+def test_the_sweeper_wakes_a_held_call_whose_decision_left_the_first_resume_to_its_decider(
+    billing, alice: User, settings
+):
+    """A reviewer decides with --no-resume and resumes the run; the tool then holds the call.
+
+    The driver sends the wake-up for the held time (the run's auto_resume is on): the system,
+    not the decider, owns that wake-up. Once that message is lost (Redis restarted empty),
+    the sweeper must find the run when the time comes; it excluded it for ever.
+    """
+    settings.AGENTFAST_SWEEP_GRACE_SECONDS = 0
+    [approval] = pending(billing(GATED))
+    decide(approval, "approved", auto_resume=False)  # the decider resumes it itself
+    run = resume(approval.run)  # ... and does: the tool asks for its time, the call is held
+    assert run.status == Run.Status.SUSPENDED
+    call = _call(run)
+    assert call.not_before is not None and call.result is None
+
+    # The time comes; the wake-up message the driver sent is gone.
+    _time_comes(call)
+    Run.objects.filter(pk=run.id).update(updated_at=timezone.now() - timedelta(seconds=5))
+
+    assert run.id in sweeper.sweep().runs, "the held run is stranded: nothing will ever wake it"
+    run = resume(run)
+    assert run.status == Run.Status.COMPLETED
+    assert SideEffect.objects.filter(tool="charge_after_hours").count() == 1
+
+
+def test_a_schedule_rules_time_does_not_run_a_tool_before_its_own_run_at(billing):
+    """A schedule rule puts the call at +1 h; the tool itself says not before +3 h (run_at).
+
+    When the rule's time comes the clock approves the call: the tool's own time has not come,
+    so its run_at must hold the call (as it does after any other decision), not return.
+    """
+    run = billing(SCHEDULED)
+    [approval] = pending(run)
+    tool_time = datetime.fromisoformat(_call(run).arguments["not_before"])
+    assert approval.expires_at < tool_time - timedelta(hours=1)
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - timedelta(milliseconds=1))
+    assert approval_deadline_fire(approval_id=approval.id) == "run"  # the rule's time came
+
+    run = resume(run)
+
+    assert not SideEffect.objects.filter(tool="charge_after_hours").exists(), "charged 2 h before the tool's time"
+    assert run.status == Run.Status.SUSPENDED
+    assert _call(run).not_before == tool_time
+
+
+def test_a_duplicate_message_at_a_held_calls_time_does_not_refuse_a_call_already_running(
+    billing, agent_config, fake_openai, alice: User
+):
+    """A deferred held call's message comes twice at its time; a deny rule lands between the two.
+
+    The first worker claimed the call and its tool is charging the card. The second must find
+    it claimed, not store "the policy now refuses it" over a charge under way (whose result is
+    then dropped: the card is charged, the call says it was refused).
+    """
+    run = billing(DEFERRED)
+    [approval] = pending(run)
+    decide(approval, "approved")
+    call = _call(run)
+    assert execute_deferred(call.pk) == "held"
+    _time_comes(call)
+
+    # Worker 1, at the time: claims, and its tool is under way (the charge is made).
+    call.refresh_from_db()
+    assert services.toolcall_claim(tool_call=call) is not None
+    SideEffect.objects.create(tool="charge_after_hours", idempotency_key=approval.id, arguments={"c": "c1"})
+    # Meanwhile a deny rule is added, and the duplicate message reaches worker 2.
+    agent_config(BILLING.format(base_url=fake_openai.base_url, overrides=DENIED.format(mode="defer")))
+    assert execute_deferred(call.pk) == "claimed elsewhere"
+    # Worker 1's tool returns: its result is the call's.
+    assert services.toolcall_record_result(
+        tool_call=call, status=ToolCall.Status.SUCCEEDED, output={"ok": True, "result": {"charged": "c1"}}
+    )
+    call.refresh_from_db()
+    assert call.status == ToolCall.Status.SUCCEEDED
