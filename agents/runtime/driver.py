@@ -142,11 +142,23 @@ def _reread(run: Run, owner: str) -> None:
 
 
 def _drop_connection() -> None:
-    """Let go of this thread's broken connection (a pool discards it), so the next query opens a working one."""
+    """Let go of this thread's broken connection, and of the pool's others the server ended with it.
+
+    A restart or a failover ends every connection at once. The pool discards a broken one only
+    when it comes back to it, so a pool holding more idle connections than the driver has
+    retries handed out a dead one at each retry and the run failed: the pool's idle ones are
+    checked now (a round trip each, after a failure only), so the next query gets a working one.
+    """
     try:
         connection.close()
     except Exception:
         logger.debug("could not close a broken connection", exc_info=True)
+    pool = getattr(connection, "pool", None)
+    if pool is not None:
+        try:
+            pool.check()
+        except Exception:
+            logger.debug("could not check the pool's connections", exc_info=True)
 
 
 # A tool that has run this long is taken for hung, as a deferred call's claim is (the sweeper):

@@ -18,6 +18,7 @@ from django.db import connection
 from agents import services
 from agents.models import Run
 from agents.runtime import drive
+from agents.runtime.driver import _DATABASE_RETRY_PAUSES
 from tests.support.fake_openai import FakeOpenAI, Reply
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the connection pool is PostgreSQL's")
@@ -73,3 +74,27 @@ def test_it_finishes_a_run_when_the_database_dropped_every_connection_while_the_
     assert ended and ended[0] >= 1  # the pool's connections were really ended
     assert (result.status, run.status, run.error) == ("completed", "completed", "")
     assert run.output == "Order A1001 was delivered."
+
+
+def test_it_finishes_a_run_when_the_pool_held_more_ended_connections_than_it_retries(
+    transactional_db: None, support: FakeOpenAI
+) -> None:
+    """A restart ends every idle connection of the pool: each retry must not take the next dead one."""
+    pool = connection.pool
+    idle = [pool.getconn() for _ in range(len(_DATABASE_RETRY_PAUSES) + 3)]
+    for held in idle:
+        pool.putconn(held)
+    ended: list[int] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if not ended:
+            ended.append(_end_every_session())
+        return Reply(content="Order A1001 was delivered.")
+
+    support.script(respond)
+    run_id = services.run_create(agent="support", input="Where is order A1001?", enqueue=False).id
+
+    result = drive(run_id)
+
+    assert ended and ended[0] > len(_DATABASE_RETRY_PAUSES)  # more ended than the driver retries
+    assert (result.status, Run.objects.get(pk=run_id).status) == ("completed", "completed")
