@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from asgiref.sync import iscoroutinefunction
-from django.db import connection
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.db import connection, connections
 from django.db.backends.signals import connection_created
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory
@@ -93,6 +93,8 @@ async def test_a_streams_reads_keep_their_threads_connection_as_a_request_would(
     def read_something() -> bool:
         return selectors.run_exists("run_none")
 
+    # An earlier test's call on this thread may have left its connection open: start from none.
+    await sync_to_async(connections.close_all)()
     connection_created.connect(note)
     try:
         # As the tests' own settings (and PostgreSQL's pool): each read lets its connection go.
