@@ -20,13 +20,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
-from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 from django.dispatch import receiver
 
 from agents import sql, text
@@ -77,12 +77,17 @@ def _on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
         access_changed(group=user_group(user.pk), session_key=request.session.session_key)
 
 
+# A save that may narrow access: deactivated, no longer a superuser, a password set (the site's
+# password change and reset pages too, which end the user's other sessions). A login's save
+# (last_login) cannot.
+_ACCESS_FIELDS = frozenset({"is_active", "is_superuser", "password"})
+
+
 @receiver(post_save, sender=User)
-def _on_user_saved(sender: Any, instance: User, **kwargs: Any) -> None:
-    # A password set (the site's password change or reset pages too, not only `users password`)
-    # ends the user's other sessions: their open sockets and streams must re-check now.
-    # AbstractBaseUser.save() keeps the new password in `_password` until after this signal.
-    if not instance.is_active or getattr(instance, "_password", None) is not None:
+def _on_user_saved(
+    sender: Any, instance: User, created: bool, update_fields: Any = None, raw: bool = False, **kwargs: Any
+) -> None:
+    if not (created or raw) and (update_fields is None or _ACCESS_FIELDS & set(update_fields)):
         access_changed(group=user_group(instance.pk))
 
 
@@ -109,15 +114,39 @@ def _name_left(username: str, why: str) -> None:
 
 
 @receiver(m2m_changed, sender=User.groups.through)
-def _on_groups_changed(
+@receiver(m2m_changed, sender=User.user_permissions.through)
+@receiver(m2m_changed, sender=Group.permissions.through)
+def _on_access_taken(
     sender: Any, instance: Any, action: str, reverse: bool, pk_set: set[int] | None, **kwargs: Any
 ) -> None:
-    if action not in ("post_remove", "post_clear"):
-        return
-    # reverse: a group lost users (pk_set, or all of them on clear, already gone: re-check anyway).
-    user_ids = (pk_set or set()) if reverse else {instance.pk}
-    for user_id in user_ids:
+    """A group left, or a permission taken from a user or from a group: whoever had it re-checks now.
+
+    A clear is read before it happens (pre_clear), while its rows still say whom it concerns;
+    either way the message goes out once the change commits.
+    """
+    if action in ("post_remove", "pre_clear"):
+        for user_id in _users_losing(sender, instance, pk_set if action == "post_remove" else None):
+            access_changed(group=user_group(user_id))
+
+
+@receiver(pre_delete, sender=Group)
+def _on_group_deleted(sender: Any, instance: Group, **kwargs: Any) -> None:
+    # Its rows go by cascade, which sends no m2m_changed.
+    for user_id in instance.user_set.values_list("pk", flat=True):
         access_changed(group=user_group(user_id))
+
+
+def _users_losing(sender: Any, instance: Any, removed: set[int] | None) -> Iterable[int]:
+    """Return who may lose access when `removed` (the pks taken, or every one on a clear) leave `instance`."""
+    if isinstance(instance, User):
+        return [instance.pk]
+    if sender is not Group.permissions.through:  # a group's users, or a permission's, seen from its side
+        return removed if removed is not None else instance.user_set.values_list("pk", flat=True)
+    if isinstance(instance, Group):
+        groups: Iterable[int] = [instance.pk]
+    else:  # a permission, taken from groups
+        groups = removed if removed is not None else instance.group_set.values_list("pk", flat=True)
+    return User.objects.filter(groups__in=groups).values_list("pk", flat=True).distinct()
 
 
 def publish(*, run_id: str, type: str, data: dict[str, Any], persist: bool = True) -> int | None:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
 
 from agents import events, services
@@ -301,11 +301,79 @@ async def test_it_closes_the_sockets_of_a_session_that_logs_out_and_keeps_the_ot
     await staying.disconnect()
 
 
-@pytest.mark.parametrize("end_access", [_deactivate, _remove_role])
+def _take_the_roles_permission(user: User) -> None:
+    Group.objects.get(name="reviewer").permissions.remove(_decide())  # the admin's group form, for everyone in it
+
+
+def _clear_the_roles_permissions(user: User) -> None:
+    Group.objects.get(name="reviewer").permissions.clear()
+
+
+def _empty_the_role(user: User) -> None:
+    Group.objects.get(name="reviewer").user_set.clear()  # the group's side of the same table
+
+
+def _delete_the_role(user: User) -> None:
+    Group.objects.get(name="reviewer").delete()
+
+
+def _decide() -> Permission:
+    return Permission.objects.get(codename="decide_approval")
+
+
+@pytest.mark.parametrize(
+    "end_access",
+    [
+        _deactivate,
+        _remove_role,
+        _empty_the_role,
+        _delete_the_role,
+        _take_the_roles_permission,
+        _clear_the_roles_permissions,
+    ],
+)
 async def test_it_closes_a_socket_when_its_user_loses_access(alice, end_access):
     communicator, _ = await open_socket(alice)
 
     await database_sync_to_async(end_access)(alice)
+
+    assert await _closed(communicator) == 4403
+
+
+def _own_permission_removed(user: User) -> None:
+    user.user_permissions.remove(_decide())
+
+
+def _own_permissions_cleared(user: User) -> None:
+    user.user_permissions.clear()
+
+
+def _superuser_demoted(user: User) -> None:
+    user.is_superuser = False
+    user.save()  # what the admin's user form does
+
+
+def _permission_taken_from_its_side(user: User) -> None:
+    _decide().user_set.remove(user)  # the same table, edited from the permission's end
+
+
+@pytest.mark.parametrize(
+    "end_access",
+    [_own_permission_removed, _own_permissions_cleared, _superuser_demoted, _permission_taken_from_its_side],
+)
+async def test_it_closes_a_socket_when_a_permission_given_to_the_user_alone_is_taken(db, end_access):
+    def reviewer_by_permission() -> User:
+        # A reviewer by a permission of their own, or as a superuser, in no group.
+        superuser = end_access is _superuser_demoted
+        user = User.objects.create_user(username="dan", password="dan-password", is_superuser=superuser)
+        if not superuser:
+            user.user_permissions.add(_decide())
+        return user
+
+    dan = await database_sync_to_async(reviewer_by_permission)()
+    communicator, _ = await open_socket(dan)
+
+    await database_sync_to_async(end_access)(await database_sync_to_async(User.objects.get)(pk=dan.pk))
 
     assert await _closed(communicator) == 4403
 
