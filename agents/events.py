@@ -91,23 +91,44 @@ def _on_user_saved(
         access_changed(group=user_group(instance.pk))
 
 
+# Where pre_save leaves a user's name as it was, for post_save once the new one is saved.
+_RENAMED_FROM = "_agentfast_renamed_from"
+
+
 @receiver(pre_save, sender=User)
-def _on_user_renamed(sender: Any, instance: User, raw: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
+def _on_user_renaming(sender: Any, instance: User, raw: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
+    instance.__dict__.pop(_RENAMED_FROM, None)  # left by an earlier save that failed
     if raw or instance.pk is None or (update_fields is not None and "username" not in update_fields):
         return  # a new user, a fixture, or a save that leaves the name (a login's last_login)
     old = User.objects.filter(pk=instance.pk).values_list("username", flat=True).first()
     if old is not None and old != instance.username:
+        instance.__dict__[_RENAMED_FROM] = old
+
+
+@receiver(post_save, sender=User)
+def _on_user_renamed(sender: Any, instance: User, **kwargs: Any) -> None:
+    # Acted on after the UPDATE, not before: a save that fails (the new name is taken) hands
+    # nothing on, and the admin's transaction holds both.
+    old = instance.__dict__.pop(_RENAMED_FROM, None)
+    if old is not None:
+        from agents.services.users import user_records_rename  # the services import this module
+
         _name_left(old, f"{old} was renamed {instance.username}")
+        user_records_rename(old=old, new=instance.username)
 
 
 @receiver(post_delete, sender=User)
 def _on_user_deleted(sender: Any, instance: User, **kwargs: Any) -> None:
+    from agents.services.users import user_records_orphan  # the services import this module
+
     _name_left(instance.username, f"{instance.username} was deleted")
+    user_records_orphan(username=instance.username)
 
 
 def _name_left(username: str, why: str) -> None:
-    """Grants name their creator by user name: once it is no longer theirs, whoever takes it next
-    (a new account, another renamed one) would decide with them. They are revoked, audited."""
+    """Grants name their creator, and an external agent's account, by user name: once it is no longer
+    theirs, whoever takes it next (a new account, another renamed one) would decide with them, or have
+    its calls decided by them. They are revoked, audited."""
     from agents.services.grants import grants_revoke_of  # the services import this module
 
     grants_revoke_of(username=username, reason=why)

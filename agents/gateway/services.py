@@ -197,6 +197,13 @@ def _session_run(owner: str, request: GateRequest) -> Run:
             "auto_resume": False,
         },
     )
+    if run.created_by != owner:  # the id derives from the name: an account that had it before, since renamed or deleted
+        raise Conflict(
+            f"session {request.session!r} of {request.agent!r} was begun by an account that had this name before: "
+            "a new session needs a new session id",
+            code="session_of_another_account",
+            field="session",
+        )
     return run
 
 

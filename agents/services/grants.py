@@ -22,7 +22,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agents import sql, text
@@ -189,12 +189,14 @@ def grant_revoke(*, grant_id: str, actor: str, source: str) -> Grant:
 
 
 def grants_revoke_of(*, username: str, reason: str) -> int:
-    """Revoke the live grants a user name created, by the system, each audited; return how many.
+    """Revoke the live grants a user name created, or that decide its calls, by the system, each audited; return how many.
 
     For a name that is no longer its person's (renamed, deleted): a grant is looked up by its
-    creator's name each time it would apply, so the next holder of the name would inherit it.
+    creator's name, and an external agent's by its account's, each time it would apply, so the
+    next holder of the name would inherit it.
     """
-    live = list(Grant.objects.filter(created_by=username, revoked_at__isnull=True))
+    named = Q(created_by=username) | Q(account=username)
+    live = list(Grant.objects.filter(named, revoked_at__isnull=True))
     with transaction.atomic():
         for grant in live:
             if Grant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(

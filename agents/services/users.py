@@ -11,9 +11,12 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.core.validators import EmailValidator
 from django.db import transaction
+from django.db.models import QuerySet
 
 from agents import events, text
+from agents.models import Approval, AuditEntry, Run, Vote
 from agents.policy.config import AGENT_ROLE
+from agents.services.audit import audit_append
 from agents.services.errors import InvalidInput
 
 ROLES = ("reviewer", "admin", AGENT_ROLE)
@@ -37,6 +40,9 @@ _AGENT_PERMISSIONS = ("gate_external",)
 _ROLE_PERMISSIONS = {"reviewer": _REVIEWER_PERMISSIONS, "admin": _ADMIN_PERMISSIONS, "agent": _AGENT_PERMISSIONS}
 _USERNAME_CHARS = cast(int, User._meta.get_field("username").max_length)
 _GROUP_CHARS = cast(int, Group._meta.get_field("name").max_length)
+# Marks a deleted user's name on the runs they started. Django's username validator (the admin's
+# forms, user_create) allows no blank, so no account can ever be given the name it makes.
+_DEPARTED = " (deleted)"
 
 
 def role_groups_ensure() -> dict[str, Group]:
@@ -171,3 +177,53 @@ def _user_named(username: str) -> User:
             f"several users are named {username!r} ignoring case: give the exact name of one", field="username"
         )
     return matches[0]
+
+
+def _departed_name(username: str) -> str:
+    """Return the starter a deleted user's runs name: theirs as people knew it, and no account's."""
+    return username[: _USERNAME_CHARS - len(_DEPARTED)] + _DEPARTED
+
+
+def user_records_rename(*, old: str, new: str) -> None:
+    """Hand the runs a renamed user started, and their votes on pending approvals, to their new name; audit it.
+
+    Runs and votes name people by user name: left under the old one, four eyes would no longer
+    see them as their runs' starter, and whoever is given the name next would cancel those runs
+    and vote with them. A decided approval keeps the names as they were, as its audit does.
+    """
+    with transaction.atomic():
+        runs = Run.objects.filter(created_by=old).update(created_by=new)
+        votes = _pending_votes(old).update(voter=new)
+        _audit_records("renamed", f"{old} was renamed {new}", runs=runs, votes=votes)
+
+
+def user_records_orphan(*, username: str) -> None:
+    """Name a deleted user's runs as no account's, and withdraw their votes on pending approvals; audit it.
+
+    A new account given the name must start with none of them. The votes are withdrawn, not
+    renamed: an approval that names nobody counts any name's vote as given (the CLI's --by),
+    and someone deleted has no say any more, as someone deactivated has none. The audit keeps
+    every vote they cast.
+    """
+    with transaction.atomic():
+        runs = Run.objects.filter(created_by=username).update(created_by=_departed_name(username))
+        votes, _ = _pending_votes(username).delete()
+        _audit_records("deleted", f"{username} was deleted", runs=runs, votes=votes)
+
+
+def _pending_votes(voter: str) -> QuerySet[Vote]:
+    return Vote.objects.filter(voter=voter, approval__status=Approval.Status.PENDING)
+
+
+def _audit_records(action: str, reason: str, *, runs: int, votes: int) -> None:
+    """Audit, by the system, what a user's rename or deletion did to the runs and votes naming them (if anything)."""
+    if runs or votes:
+        detail = {"reason": reason, "runs": runs, "votes": votes}
+        audit_append(
+            approval_id="",
+            action=action,
+            actor="system",
+            source=AuditEntry.Source.SYSTEM,
+            outcome=AuditEntry.Outcome.DECIDED,
+            detail=detail,
+        )
