@@ -121,6 +121,7 @@ def _on_user_renamed(sender: Any, instance: User, **kwargs: Any) -> None:
 def _on_user_deleted(sender: Any, instance: User, **kwargs: Any) -> None:
     from agents.services.users import user_records_orphan  # the services import this module
 
+    access_changed(group=user_group(instance.pk))
     _name_left(instance.username, f"{instance.username} was deleted")
     user_records_orphan(username=instance.username)
 

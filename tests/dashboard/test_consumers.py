@@ -286,6 +286,10 @@ def _deactivate(user: User) -> None:
     user.save()  # what the admin's user form does
 
 
+def _delete(user: User) -> None:
+    user.delete()  # what the admin's delete page does
+
+
 def _remove_role(user: User) -> None:
     user.groups.remove(Group.objects.get(name="reviewer"))  # what the admin's user form does
 
