@@ -365,14 +365,20 @@
     return false;
   }
 
-  function submitterOf(form) {
-    var intent = form.dataset.intent;
+  function submitButtons(form) {
     // form.elements: a card's answer is sent by a button outside its form (form="answer-…").
-    var buttons = Array.prototype.filter.call(form.elements, function (b) {
+    return Array.prototype.filter.call(form.elements, function (b) {
       return b.matches("button[type=submit], button:not([type])") && !b.disabled;
     });
-    var wanted = buttons.find(function (b) { return intent && b.value === intent; });
-    return wanted || buttons[0] || null;
+  }
+
+  // With more than one decision on offer, only the one chosen (approval.js's r / e) is sent: the
+  // first button, Approve, would send a note written for a rejection.
+  function submitterOf(form) {
+    var buttons = submitButtons(form);
+    if (buttons.length < 2) return buttons[0] || null;
+    var intent = form.dataset.intent;
+    return buttons.find(function (b) { return intent && b.value === intent; }) || null;
   }
 
   document.addEventListener("keydown", function (event) {
@@ -382,6 +388,9 @@
       if (button) {
         event.preventDefault();
         button.click();  // a click, not requestSubmit: htmx sends the value of the button last clicked
+      } else if (form && submitButtons(form).length > 1) {
+        event.preventDefault();
+        form.dispatchEvent(new CustomEvent("keys:undecided", { bubbles: true }));  // the page says how to choose
       }
       return;
     }

@@ -48,15 +48,22 @@
     if (event.key === "a") approve();
     else if (event.key === "r" && decision && decision.elements.note) {
       decision.dataset.intent = "rejected";
+      notice("");
       decision.elements.note.focus();
     } else if (event.key === "e" && decision && decision.elements.arguments) {
       decision.dataset.intent = "approved";
+      notice("");
       decision.elements.arguments.focus();
     } else if (event.key === "n") {
       var next = document.querySelector("[data-next]");
       if (next) next.click(); else return;
     } else return;
     event.preventDefault();
+  });
+
+  // Ctrl+Enter in a field before r or e chose a decision: nothing is sent, and the line says why.
+  document.addEventListener("keys:undecided", function () {
+    notice("Nothing sent: choose Approve or Reject (Esc, then a or r).");
   });
 
   // Someone else decided while this page was open: say so, and keep the reviewer's text.

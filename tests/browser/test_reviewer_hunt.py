@@ -1,7 +1,7 @@
 """What a hurried reviewer does in the inbox and on the approval page, in real Chromium.
 
 A decision that lost the race keeps saying so with the words typed; Ctrl+Enter sends a
-question's answer; cards picked for a bulk decision stay picked when the list or a card is
+question's answer, and on the approval page only a decision the reviewer chose; cards picked for a bulk decision stay picked when the list or a card is
 drawn again; Enter in the bulk note decides nothing; a long edited word stays on a phone's screen.
 """
 
@@ -130,6 +130,28 @@ def test_it_sends_a_questions_answer_with_ctrl_enter(viewer, alice):
     page.wait_for_selector(f"{card}.decided", timeout=3000)
     question.refresh_from_db()
     assert (question.status, question.payload) == (Approval.Status.APPROVED, {"answer": "Yes, overnight"})
+    assert alices.errors == []
+
+
+def test_it_sends_no_decision_with_ctrl_enter_on_the_approval_page_until_one_is_chosen(viewer, alice):
+    [approval] = pending(start(REFUND, auto_resume=False))
+    alices = viewer("alice", path=f"/approvals/{approval.id}")
+    page = alices.page
+    # A note written for a rejection, in a field reached with the mouse: Approve is the first button.
+    page.click("#id_note")
+    page.keyboard.type("No: wrong account")
+    page.keyboard.press("Control+Enter")
+
+    page.wait_for_timeout(500)  # time for a decision to be sent, were one sent
+    assert Approval.objects.get(pk=approval.id).status == Approval.Status.PENDING
+    assert page.inner_text("#decision .key-notice") == "Nothing sent: choose Approve or Reject (Esc, then a or r)."
+
+    page.keyboard.press("Escape")  # out of the note, which keeps its words
+    page.keyboard.press("r")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_selector("#decision .decided-line")
+    approval.refresh_from_db()
+    assert (approval.status, approval.note) == (Approval.Status.REJECTED, "No: wrong account")
     assert alices.errors == []
 
 
