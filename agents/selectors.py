@@ -595,15 +595,16 @@ class DecisionLatencies:
 
 
 def decision_latency_histogram(bounds: Sequence[float]) -> list[DecisionLatencies]:
-    """Return each tool's seconds-to-decision histogram over every decided approval, by tool name.
+    """Return each tool's seconds-to-decision histogram over every approval a person decided, by tool name.
 
-    The database counts the buckets in one grouped scan and sends a row per tool, so a
-    scrape's time and memory do not grow with the history a Python loop would read row by row.
-    A decision stamped before its question (clocks apart) counts as 0 seconds.
+    A rule, a grant or the clock decides in no time a person took (or in the deadline's), so
+    they are left out as on Insights. The database counts the buckets in one grouped scan and
+    sends a row per tool, so a scrape's time and memory do not grow with the history a Python
+    loop would read row by row. A decision stamped before its question (clocks apart) counts as 0 seconds.
     """
     return [
         DecisionLatencies(tool=tool, within=within, count=count, seconds=seconds)
-        for tool, count, seconds, within in sql.seconds_histogram(_decided(), bounds)
+        for tool, count, seconds, within in sql.seconds_histogram(_decided().filter(_BY_PERSON), bounds)
     ]
 
 

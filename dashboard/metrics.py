@@ -50,9 +50,11 @@ def _runs_by_status() -> Iterator[Metric]:
 
 
 def _decision_latency() -> Iterator[Metric]:
-    """Yield the time-to-decision histogram of every decided approval, by tool, counted by the database."""
+    """Yield the time-to-decision histogram of every approval a person decided, by tool, counted by the database."""
     family = HistogramMetricFamily(
-        "agentfast_decision_latency_seconds", "Seconds from an approval's question to its decision.", labels=["tool"]
+        "agentfast_decision_latency_seconds",
+        "Seconds from an approval's question to a person's decision (not a rule's, a grant's or a deadline's).",
+        labels=["tool"],
     )
     for tool in selectors.decision_latency_histogram(LATENCY_BUCKETS):
         buckets = [(_bucket_name(bound), within) for bound, within in zip(LATENCY_BUCKETS, tool.within, strict=True)]

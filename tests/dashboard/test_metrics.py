@@ -100,6 +100,24 @@ def test_the_latency_histogram_counts_a_wait_at_a_bound_within_it(carol, setting
     assert samples[("agentfast_decision_latency_seconds_sum", (("tool", "refund_request"),))] == 3601.0
 
 
+def test_the_latency_histogram_counts_only_what_people_took_not_rules_or_grants(alice, carol, settings):
+    settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
+    asked = pending(start(REFUND))[0]
+    decide(asked, "approved", by="alice", remember=services.Remember(scope="exact", seconds=3600))
+    decided_at = Approval.objects.get(pk=asked.pk).decided_at
+    Approval.objects.filter(pk=asked.pk).update(created_at=decided_at - timedelta(seconds=90))
+    for prompt in (REFUND, REFUND, "Refund order A1001 for 5.00 USD", "Refund order A1010 for 1,500.00 USD"):
+        start(prompt)  # alice's grant twice, then the demo's allow and deny rules: each at once
+    automatic = Approval.objects.exclude(pk=asked.pk).values_list("decided_by", flat=True)
+    assert sorted(by.split(":")[0] for by in automatic) == ["grant", "grant", "policy", "policy"]
+
+    samples = scrape("s3cret-scrape")
+
+    assert samples[("agentfast_decision_latency_seconds_count", (("tool", "refund_request"),))] == 1
+    assert samples[("agentfast_decision_latency_seconds_sum", (("tool", "refund_request"),))] == 90.0
+    assert buckets(samples, "60.0", "+Inf") == [0, 1]
+
+
 def test_it_lets_another_module_add_or_replace_a_figure(carol, settings, monkeypatch):
     settings.AGENTFAST_METRICS_TOKEN = "s3cret-scrape"
     monkeypatch.setattr(metrics, "_collectors", dict(metrics._collectors))
