@@ -68,7 +68,8 @@ def user_create(
             f"a user named {username!r} already exists (names are compared ignoring case)", field="username"
         )
     user = User(username=username, email=_valid_email(email), is_staff=role == "admin")
-    password = password or secrets.token_urlsafe(12)
+    if password is None:  # only when none was given: an empty one (an unset "$PW") is refused as too weak
+        password = secrets.token_urlsafe(12)
     try:
         validate_password(password, user=user)
     except ValidationError as exc:

@@ -39,6 +39,27 @@ def test_it_refuses_a_weak_password_from_the_cli_in_one_line(db, capsys):
     assert not User.objects.exists()
 
 
+@pytest.mark.parametrize("password", ["", "   "], ids=["empty", "blank"])
+def test_it_refuses_an_empty_password_from_the_cli_as_setting_one_does(db, capsys, password):
+    # `--password "$PW"` with PW unset: a generated password would be printed to a script's log instead.
+    services.user_create(username="erin", role="reviewer")
+    assert cli.main(["users", "password", "erin", "--password", password]) == 1
+    refused = capsys.readouterr().err
+
+    code = cli.main(["users", "create", "fred", "--role", "reviewer", "--password", password])
+
+    out, err = capsys.readouterr()
+    assert code == 1 and err == refused and err.count("\n") == 1 and out == ""
+    assert not User.objects.filter(username="fred").exists()
+
+
+def test_it_makes_a_password_when_the_cli_is_given_none(db, capsys):
+    assert cli.main(["users", "create", "fred", "--role", "reviewer"]) == 0
+
+    password = capsys.readouterr().out.rsplit(" with password ", 1)[1].strip()
+    assert len(password) >= 16 and User.objects.get(username="fred").check_password(password)
+
+
 @pytest.mark.parametrize(
     "email",
     ["erin", "erin@", "erin@example.com\nBcc: all@example.com", "a@example.com, b@example.com", "x" * 250 + "@e.com"],
