@@ -372,19 +372,20 @@
     });
   }
 
-  // With more than one decision on offer, only the one chosen (approval.js's r / e) is sent: the
-  // first button, Approve, would send a note written for a rejection.
-  function submitterOf(form) {
+  // With more than one decision on offer, only the one chosen is sent: by the field typed in
+  // (an answer or edited arguments are only ever approved) or by approval.js's r / e. The first
+  // button, Approve, would send a note written for a rejection.
+  function submitterOf(form, field) {
     var buttons = submitButtons(form);
     if (buttons.length < 2) return buttons[0] || null;
-    var intent = form.dataset.intent;
+    var intent = (field && field.dataset && field.dataset.intent) || form.dataset.intent;
     return buttons.find(function (b) { return intent && b.value === intent; }) || null;
   }
 
   document.addEventListener("keydown", function (event) {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && typing(event.target)) {
       var form = event.target.form || event.target.closest("form");
-      var button = form && submitterOf(form);
+      var button = form && submitterOf(form, event.target);
       if (button) {
         event.preventDefault();
         button.click();  // a click, not requestSubmit: htmx sends the value of the button last clicked

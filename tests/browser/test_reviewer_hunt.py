@@ -155,6 +155,17 @@ def test_it_sends_no_decision_with_ctrl_enter_on_the_approval_page_until_one_is_
     assert alices.errors == []
 
 
+def test_it_approves_with_ctrl_enter_in_the_arguments_which_are_only_ever_approved(viewer, alice):
+    [approval] = pending(start(REFUND, auto_resume=False))
+    alices = viewer("alice", path=f"/approvals/{approval.id}")
+    alices.page.click("#id_arguments")  # reached with the mouse: no r or e
+    alices.page.keyboard.press("Control+Enter")
+
+    alices.page.wait_for_selector("#decision .decided-line")
+    assert Approval.objects.get(pk=approval.id).status == Approval.Status.APPROVED
+    assert alices.errors == []
+
+
 def test_it_keeps_the_preview_and_the_decided_edit_of_a_long_word_within_390_px(viewer, carol):
     User.objects.create_user(username="billing-bot")
     request = gateway.GateRequest(agent="billing", session="s1", call_id="c1", tool="send_email", arguments=MAIL)
