@@ -329,6 +329,7 @@ def _decide() -> Permission:
     "end_access",
     [
         _deactivate,
+        _delete,
         _remove_role,
         _empty_the_role,
         _delete_the_role,
