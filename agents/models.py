@@ -166,13 +166,13 @@ class ToolCall(models.Model):
     def in_doubt(self) -> bool:
         return self.status == self.Status.IN_DOUBT
 
-    def held(self, now: datetime) -> bool:
-        """Return whether this decided call waits for the time its tool asked for (run_at), still to come."""
-        return self.not_before is not None and self.not_before > now
+    def held_until(self, now: datetime) -> datetime | None:
+        """Return the time its tool asked for (run_at) while this decided call still waits for it; else None."""
+        return self.not_before if self.not_before is not None and self.not_before > now else None
 
     @staticmethod
     def due(now: datetime) -> models.Q:
-        """Return a filter of the calls not held (as held() says): no time of their tool's, or it has come."""
+        """Return a filter of the calls not held (as held_until() says): no time of their tool's, or it has come."""
         return models.Q(not_before__isnull=True) | models.Q(not_before__lte=now)
 
 

@@ -518,9 +518,10 @@ class _Driver:
 
     def _held(self, call: ToolCall) -> bool:
         """Return whether a decided call waits for the time its tool asked for (and wake the run then)."""
-        if call.not_before is None or not call.held(timezone.now()):
+        until = call.held_until(timezone.now())
+        if until is None:
             return False
-        self._wake_by(call.not_before)
+        self._wake_by(until)
         return True
 
     def _wake_by(self, when: datetime) -> None:

@@ -136,8 +136,8 @@ def execute_deferred(tool_call_pk: int) -> str:
         output = outputs.error("INVALID_ARGUMENTS", exc.message)
         services.toolcall_record_result(tool_call=call, status=ToolCall.Status.FAILED, output=output)
         return "invalid arguments"
-    if call.not_before is not None and call.held(timezone.now()):  # its tool's time has not come
-        queue.deferred_at_on_commit(call.pk, call.not_before)
+    if (until := call.held_until(timezone.now())) is not None:  # its tool's time has not come
+        queue.deferred_at_on_commit(call.pk, until)
         return "held"
     try:
         refused = held_refusal(call, approval, arguments)
