@@ -11,7 +11,7 @@ from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
 from django.core.validators import EmailValidator
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from agents import events, text
 from agents.models import Approval, AuditEntry, Run, Vote
@@ -191,11 +191,21 @@ def user_records_rename(*, old: str, new: str) -> None:
     Runs and votes name people by user name: left under the old one, four eyes would no longer
     see them as their runs' starter, and whoever is given the name next would cancel those runs
     and vote with them. A decided approval keeps the names as they were, as its audit does.
+    A vote the new name already cast the same way (a CLI `--by` name the person is now given)
+    absorbs the old name's: one name counts once, and a second row would break the votes'
+    uniqueness.
     """
     with transaction.atomic():
         runs = Run.objects.filter(created_by=old).update(created_by=new)
+        already = Vote.objects.filter(
+            voter=new,
+            approval=OuterRef("approval"),
+            arguments_digest=OuterRef("arguments_digest"),
+            decision=OuterRef("decision"),
+        )
+        merged, _ = _pending_votes(old).filter(Exists(already)).delete()
         votes = _pending_votes(old).update(voter=new)
-        _audit_records("renamed", f"{old} was renamed {new}", runs=runs, votes=votes)
+        _audit_records("renamed", f"{old} was renamed {new}", runs=runs, votes=votes, merged=merged)
 
 
 def user_records_orphan(*, username: str) -> None:
@@ -216,10 +226,12 @@ def _pending_votes(voter: str) -> QuerySet[Vote]:
     return Vote.objects.filter(voter=voter, approval__status=Approval.Status.PENDING)
 
 
-def _audit_records(action: str, reason: str, *, runs: int, votes: int) -> None:
+def _audit_records(action: str, reason: str, *, runs: int, votes: int, merged: int = 0) -> None:
     """Audit, by the system, what a user's rename or deletion did to the runs and votes naming them (if anything)."""
-    if runs or votes:
-        detail = {"reason": reason, "runs": runs, "votes": votes}
+    if runs or votes or merged:
+        detail: dict[str, object] = {"reason": reason, "runs": runs, "votes": votes}
+        if merged:
+            detail["merged"] = merged
         audit_append(
             approval_id="",
             action=action,

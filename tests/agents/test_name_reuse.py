@@ -255,3 +255,20 @@ def test_what_a_rename_hands_on_is_audited_once_by_the_system(agent_config, alic
     [entry] = AuditEntry.objects.filter(actor="system", source=AuditEntry.Source.SYSTEM)
     assert (entry.action, entry.outcome) == ("renamed", AuditEntry.Outcome.DECIDED)
     assert entry.detail == {"reason": "alice was renamed alicia", "runs": 1, "votes": 1}
+
+
+def test_a_rename_onto_a_name_that_voted_the_same_on_a_pending_call_merges_the_two_votes(agent_config, alice, bob):
+    agent_config(support_yaml(quorum=3))
+    [approval] = flows.pending(flows.start(PROMPT))
+    flows.decide(approval, "approved", by="alice", auto_resume=False)
+    cli = services.Attempt(actor="ops-bot", source="cli")  # `agentfast approvals approve ID --by ops-bot`
+    services.approval_decide(approval_id=approval.id, decision="approved", attempt=cli, auto_resume=False)
+
+    _rename(alice, "ops-bot")  # Django admin's user change form: it saves, nothing refused
+
+    assert User.objects.filter(username="ops-bot").exists()
+    assert Approval.objects.get(pk=approval.id).counted_voters == ["ops-bot"]  # one name, one vote
+    [entry] = AuditEntry.objects.filter(actor="system", action="renamed")
+    assert entry.detail == {"reason": "alice was renamed ops-bot", "runs": 0, "votes": 0, "merged": 1}
+    decided = flows.decide(approval, "approved", by="bob", auto_resume=False)
+    assert (decided.outcome, decided.approval.status) == ("voted", Approval.Status.PENDING)
