@@ -23,6 +23,7 @@ import re
 import unicodedata
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 REPLACEMENT = "\ufffd"
 MAX_DEPTH = 32  # nesting of JSON values; tool arguments need a handful
@@ -116,6 +117,29 @@ def _repair(value: Any, depth: int, max_depth: int) -> Any:
     if isinstance(value, list | tuple):
         return [_repair(item, depth + 1, max_depth) for item in value]
     return value
+
+
+def undecodable_parameter(query_string: str | bytes) -> str | None:
+    """Return the name of a query parameter whose name or value is not UTF-8 once unescaped, or None.
+
+    Django reads such bytes as U+FFFD: `?tool=%FF` would filter by a name no tool has and list
+    nothing, unsaid, where a U+FFFD the client sent itself (`%EF%BF%BD`) is text like any other.
+    The name is given as it reads, its bad bytes as U+FFFD (it may be the name that is bad).
+    """
+    raw = query_string if isinstance(query_string, bytes) else query_string.encode("utf-8", "surrogateescape")
+    for part in raw.split(b"&"):  # as Django's QueryDict splits (urllib's parse_qsl)
+        name, _, value = (unquote_to_bytes(piece.replace(b"+", b" ")) for piece in part.partition(b"="))
+        if not (_is_utf8(name) and _is_utf8(value)):
+            return str(repair(name.decode(errors="replace")))
+    return None
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 # Python's words when a JSON integer has more digits than it converts (sys.set_int_max_str_digits).

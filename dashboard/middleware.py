@@ -1,4 +1,4 @@
-"""Middleware of the site: probes, static files, the Content-Security-Policy and no caching of private answers."""
+"""Middleware of the site: probes, static files, query strings, the Content-Security-Policy and no caching of private answers."""
 
 from __future__ import annotations
 
@@ -12,10 +12,14 @@ from csp.middleware import CheckableLazyObject, CSPMiddleware, PolicyParts
 from csp.utils import build_policy
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.template.loader import render_to_string
 from django.utils.cache import add_never_cache_headers
 from django.utils.deprecation import MiddlewareMixin
 from whitenoise.middleware import WhiteNoiseMiddleware
+
+from agents import text
+from dashboard.api.auth import ApiError, error_response
 
 
 class ProbeMiddleware:
@@ -88,6 +92,48 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):
             return await sync_to_async(self.serve, thread_sensitive=False)(static_file, request)
         response: Awaitable[HttpResponseBase] = self.get_response(request)
         return await response
+
+
+class QueryTextMiddleware:
+    """Refuse (400) a query string holding a parameter that is not valid text, naming it, on every page and endpoint.
+
+    Django reads bytes that are not UTF-8 as U+FFFD, so `/api/approvals?tool=%FF`, `/runs?q=%C3`
+    or the inbox's `?agent=%FF` listed nothing, with a 200, as if nothing matched. The API
+    answers with its JSON error; a page with the 400 page, saying which parameter it was.
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        refusal = _query_refusal(request)
+        if self.async_mode:
+            return self._acall(request, refusal)
+        return self.get_response(request) if refusal is None else refusal
+
+    async def _acall(self, request: HttpRequest, refusal: HttpResponseBase | None) -> HttpResponseBase:
+        if refusal is not None:
+            return refusal
+        response: Awaitable[HttpResponseBase] = self.get_response(request)
+        return await response
+
+
+def _query_refusal(request: HttpRequest) -> HttpResponseBase | None:
+    """Return the 400 for a query parameter that is not valid text, or None when every one is."""
+    name = text.undecodable_parameter(request.META.get("QUERY_STRING", ""))
+    if name is None:
+        return None
+    name = name[:100]
+    if request.path_info.startswith("/api/"):
+        return error_response(ApiError(f"{name}: not valid text (its bytes are not UTF-8)", field=name))
+    reason = f"The parameter “{name}” in the address is not valid text (its bytes are not UTF-8)."
+    return HttpResponse(render_to_string("400.html", {"reason": reason}), status=400)
 
 
 class ContentSecurityPolicyMiddleware(CSPMiddleware):

@@ -379,6 +379,8 @@ MIDDLEWARE = [
     "dashboard.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "dashboard.middleware.StaticFilesMiddleware",  # WhiteNoise's, async-capable
+    # A query parameter that is not UTF-8 is a 400 naming it, before any page or endpoint reads it as U+FFFD.
+    "dashboard.middleware.QueryTextMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -64,7 +64,7 @@ result) and the events of its own sessions' runs.
 
 Errors are `{"error_code": "...", "message": "...", "field": "..."}` with the status
 saying what kind: 400 invalid input (`field` names it; a JSON object naming a key twice is
-`duplicate_key`; a query parameter given twice, or one a list does not take, is refused too), 401, 403, 404 (also any other URL under /api/), 405 a method the URL does
+`duplicate_key`; a query parameter given twice, one a list does not take, or one that is not UTF-8 text, is refused too), 401, 403, 404 (also any other URL under /api/), 405 a method the URL does
 not take (HEAD is answered wherever GET is), 409 (already decided: `approval` shows the decision that stands; or a run another
 process drives: `lease_owner`), 413 body over 256 KiB, 415 a multipart or compressed body (send JSON, uncompressed),
 422 wrong state (e.g. an expired approval).

@@ -22,7 +22,6 @@ from asgiref.sync import async_to_sync
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer, WebsocketConsumer
-from dashboard.web.inbox import INBOX_COUNT_CAP, describe_cards, pending_count_context
 from django.conf import settings
 from django.db.models import QuerySet
 from django.http import QueryDict
@@ -35,12 +34,14 @@ from dashboard.auth import is_reviewer, session_holds
 from dashboard.live import wire
 from dashboard.live.hub import Hub, Shared
 from dashboard.web.forms import InboxFilter
+from dashboard.web.inbox import INBOX_COUNT_CAP, describe_cards, pending_count_context
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 FORBIDDEN = 4403  # the websocket close code that says "not for you" (HTTP 403)
 NOT_FOUND = 4404
+BAD_REQUEST = 4400  # a filter that is not valid text (HTTP 400, as the page answers)
 # An expired or deleted session (or user) sends no access.check: open sockets re-check this often.
 RECHECK_SECONDS = 300.0
 
@@ -131,6 +132,9 @@ class InboxConsumer(AsyncWebsocketConsumer):
         # The role eligibility asks for, read once: a role taken away closes the socket
         # (access.check), so it holds while the socket is open.
         self.may_decide_any = eligibility.refusal_of_role(user) is None  # permissions cached on the user just now
+        if text.undecodable_parameter(self.scope["query_string"]) is not None:
+            await self.close(code=BAD_REQUEST)  # a filter read as U+FFFD would show no card, unsaid
+            return
         params = _query(self.scope)
         # "For me" is this connection's user's: each socket shows its own cards.
         self.filters = InboxFilter(params, user=user)
