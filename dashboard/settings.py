@@ -421,6 +421,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+    {"NAME": "agents.services.users.NotBlankPasswordValidator"},  # eight spaces pass the four above
 ]
 AUTHENTICATION_BACKENDS = [
     # django-axes first: it refuses a locked-out username+address before any password check.

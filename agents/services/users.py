@@ -45,6 +45,20 @@ _GROUP_CHARS = cast(int, Group._meta.get_field("name").max_length)
 _DEPARTED = " (deleted)"
 
 
+class NotBlankPasswordValidator:
+    """Refuse a password of whitespace alone: eight spaces pass Django's own validators, and guess easily.
+
+    An AUTH_PASSWORD_VALIDATORS entry, so the CLI, the password change page and the admin refuse it alike.
+    """
+
+    def validate(self, password: str, user: User | None = None) -> None:
+        if not password.strip():
+            raise ValidationError("This password is only whitespace.", code="password_blank")
+
+    def get_help_text(self) -> str:
+        return "Your password can’t be only whitespace."
+
+
 def role_groups_ensure() -> dict[str, Group]:
     """Create the reviewer, admin and agent groups with their permissions, if missing."""
     groups = {}

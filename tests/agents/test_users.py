@@ -53,6 +53,36 @@ def test_it_refuses_an_empty_password_from_the_cli_as_setting_one_does(db, capsy
     assert not User.objects.filter(username="fred").exists()
 
 
+@pytest.mark.parametrize("password", [" " * 8, " " * 20, "\t \n        "], ids=["8-spaces", "20-spaces", "mixed"])
+def test_it_refuses_a_password_of_whitespace_alone_from_the_cli(db, capsys, password):
+    # Long enough, and no common password nor all digits: Django's own validators let it through.
+    services.user_create(username="erin", role="reviewer", password="erin-password")
+    assert cli.main(["users", "password", "erin", "--password", password]) == 1
+    refused = capsys.readouterr().err
+
+    code = cli.main(["users", "create", "fred", "--role", "reviewer", "--password", password])
+
+    out, err = capsys.readouterr()
+    assert refused == err == "agentfast: the password is too weak: This password is only whitespace.\n"
+    assert code == 1 and out == ""
+    assert not User.objects.filter(username="fred").exists()
+    assert User.objects.get(username="erin").check_password("erin-password")
+
+
+def test_it_refuses_a_password_of_whitespace_alone_on_the_password_change_page(db, client):
+    erin, _ = services.user_create(username="erin", role="reviewer", password="erin-password")
+    client.force_login(erin)
+
+    response = client.post(
+        "/accounts/password_change/",
+        {"old_password": "erin-password", "new_password1": " " * 12, "new_password2": " " * 12},
+    )
+
+    assert response.status_code == 200  # the form again, with the reason
+    assert "This password is only whitespace." in response.content.decode()
+    assert User.objects.get(username="erin").check_password("erin-password")
+
+
 def test_it_makes_a_password_when_the_cli_is_given_none(db, capsys):
     assert cli.main(["users", "create", "fred", "--role", "reviewer"]) == 0
 
