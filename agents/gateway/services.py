@@ -26,7 +26,7 @@ from agents.models import Approval, Run, RunEvent, ToolCall
 from agents.policy import get_policy
 from agents.policy.config import Policy, ToolPolicy
 from agents.policy.rules import CallFacts, Verdict, evaluate
-from agents.services.errors import InvalidInput, ServiceError
+from agents.services.errors import InvalidInput, ServiceError, unsafe_text_refused
 from agents.services.grants import GrantLapsed, grant_match_except
 from agents.services.steps import (
     PlannedCall,
@@ -159,10 +159,8 @@ def require_name(value: object, name: str, limit: int) -> None:
         raise InvalidInput(f"{name} is required", field=name)
     if len(value) > limit:
         raise InvalidInput(f"{name} is longer than {limit} characters", field=name)
-    try:
+    with unsafe_text_refused():
         text.require_plain_name(value, field=name)
-    except text.UnsafeText as exc:
-        raise InvalidInput(exc.message, field=exc.field) from None
 
 
 def _validate(request: GateRequest) -> None:
@@ -176,11 +174,9 @@ def _validate(request: GateRequest) -> None:
         raise InvalidInput("metadata must be a JSON object", field="metadata")
     if len(request.description) > MAX_DESCRIPTION_CHARS:
         raise InvalidInput(f"description is longer than {MAX_DESCRIPTION_CHARS} characters", field="description")
-    try:
+    with unsafe_text_refused():
         for name in ("arguments", "description", "metadata"):
             text.require_clean(getattr(request, name), field=name)
-    except text.UnsafeText as exc:
-        raise InvalidInput(exc.message, field=exc.field) from None
 
 
 def _session_run(owner: str, request: GateRequest) -> Run:

@@ -26,6 +26,7 @@ from agents.services.errors import (
     NotPermitted,
     ServiceError,
     WrongState,
+    unsafe_text_refused,
 )
 from agents.sql.chain import values_of
 from agents.tools import InvalidArguments, ToolError, registry
@@ -580,10 +581,8 @@ def _validated(
 def _check_texts(decision: str, **values: Any) -> None:
     """Refuse a reviewer's text that cannot be stored, and feedback that would be dropped."""
     for name, value in values.items():
-        try:
+        with unsafe_text_refused():
             text.require_clean(value, field=name)
-        except text.UnsafeText as exc:
-            raise InvalidInput(exc.message, field=name) from None
     if len(values["note"]) > MAX_TEXT_CHARS or len(values["feedback"]) > MAX_TEXT_CHARS:
         raise InvalidInput(f"note and feedback are limited to {MAX_TEXT_CHARS} characters", field="note")
     if values["payload"] is not None and not isinstance(values["payload"], dict):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from agents.text import UnsafeText
 
 
 class ServiceError(Exception):
@@ -12,6 +16,15 @@ class ServiceError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
+
+
+@contextmanager
+def unsafe_text_refused() -> Iterator[None]:
+    """Raise the block's UnsafeText (a person's text that cannot be stored) as InvalidInput, naming its field."""
+    try:
+        yield
+    except UnsafeText as exc:
+        raise InvalidInput(exc.message, field=exc.field) from None
 
 
 class NotFound(ServiceError):

@@ -16,7 +16,15 @@ from agents import events, ids, queue, sql, text
 from agents.models import Approval, Message, Run, RunEvent, ToolCall
 from agents.policy import ConfigError, agent_from_config, get_policy
 from agents.services import eligibility
-from agents.services.errors import InvalidInput, LeaseLost, NotFound, NotPermitted, Unavailable, WrongState
+from agents.services.errors import (
+    InvalidInput,
+    LeaseLost,
+    NotFound,
+    NotPermitted,
+    Unavailable,
+    WrongState,
+    unsafe_text_refused,
+)
 from agents.sql.chain import Chain, ChainResult
 
 if TYPE_CHECKING:
@@ -309,10 +317,8 @@ def _locked(run_id: str) -> Run:
 
 
 def _require_clean(value: Any, *, field: str) -> None:
-    try:
+    with unsafe_text_refused():
         text.require_clean(value, field=field)
-    except text.UnsafeText as exc:
-        raise InvalidInput(exc.message, field=field) from None
 
 
 def run_request_resume(*, run_id: str, enqueue: bool = True, attempt: Attempt | None = None) -> Run:

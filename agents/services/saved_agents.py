@@ -9,7 +9,7 @@ from django.db import transaction
 
 from agents import text
 from agents.models import SavedAgent
-from agents.services.errors import InvalidInput
+from agents.services.errors import InvalidInput, unsafe_text_refused
 
 MAX_NAME_CHARS = 80
 
@@ -21,10 +21,8 @@ def savedagent_save(*, owner: User, name: str, definition: dict[str, Any]) -> Sa
         raise InvalidInput("name the agent to save it", field="name")
     if len(name) > MAX_NAME_CHARS:
         raise InvalidInput(f"a name has at most {MAX_NAME_CHARS} characters", field="name")
-    try:
+    with unsafe_text_refused():
         text.require_plain_name(name, field="name")
-    except text.UnsafeText as exc:
-        raise InvalidInput(str(exc), field="name") from None
     with transaction.atomic():
         saved, _ = SavedAgent.objects.update_or_create(owner=owner, name=name, defaults={"definition": definition})
     return saved

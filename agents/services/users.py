@@ -17,7 +17,7 @@ from agents import events, text
 from agents.models import Approval, AuditEntry, Run, Vote
 from agents.policy.config import AGENT_ROLE
 from agents.services.audit import audit_append
-from agents.services.errors import InvalidInput
+from agents.services.errors import InvalidInput, unsafe_text_refused
 
 ROLES = ("reviewer", "admin", AGENT_ROLE)
 _REVIEWER_PERMISSIONS = ("view_approval", "decide_approval", "view_run")
@@ -128,10 +128,9 @@ def _valid_groups(groups: tuple[str, ...]) -> list[str]:
         name = raw.strip()
         if not name or len(name) > _GROUP_CHARS or text.problem(name) is not None:
             raise InvalidInput(f"the group name {raw!r} is not valid (1 to {_GROUP_CHARS} characters)", field="group")
-        try:  # shown in lists and matched against agentfast.yaml: no control or invisible character
+        # Shown in lists and matched against agentfast.yaml: no control or invisible character.
+        with unsafe_text_refused():
             text.require_plain_name(name, field="group")
-        except text.UnsafeText as exc:
-            raise InvalidInput(exc.message, field="group") from None
         if name in ROLES:
             raise InvalidInput(f"{name!r} is a role, not an approver group: use --role", field="group")
         if name.startswith("user:"):
