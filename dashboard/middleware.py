@@ -133,6 +133,8 @@ def _query_refusal(request: HttpRequest) -> HttpResponseBase | None:
     if request.path_info.startswith("/api/"):
         return error_response(ApiError(f"{name}: not valid text (its bytes are not UTF-8)", field=name))
     reason = f"The parameter “{name}” in the address is not valid text (its bytes are not UTF-8)."
+    if request.path_info.endswith(".csv"):  # read by scripts: plain words, as the export's other refusals
+        return HttpResponse(f"Nothing exported: {reason}\n", status=400, content_type="text/plain; charset=utf-8")
     return HttpResponse(render_to_string("400.html", {"reason": reason}), status=400)
 
 

@@ -53,6 +53,17 @@ def test_it_refuses_a_pages_filter_that_is_not_text(
     assert f"The parameter “{name}” in the address is not valid text" in response.content.decode()
 
 
+def test_it_refuses_an_audit_exports_filter_that_is_not_text_in_plain_words(
+    client_for: Callable[[User], Client], carol: User
+) -> None:
+    response = client_for(carol).get("/audit.csv?person=%FF")
+
+    assert (response.status_code, response["Content-Type"]) == (400, "text/plain; charset=utf-8")
+    assert response.content.decode() == (
+        "Nothing exported: The parameter “person” in the address is not valid text (its bytes are not UTF-8).\n"
+    )
+
+
 def test_it_still_searches_for_a_replacement_character_the_client_sent(
     client_for: Callable[[User], Client], carol: User, paused: Run
 ) -> None:
