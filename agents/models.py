@@ -318,6 +318,11 @@ class Approval(models.Model):
         return ", ".join(self.approvers) if self.approvers else "any reviewer"
 
     @property
+    def decided_by_policy(self) -> bool:
+        """Return whether a rule or a standing grant decided the call ("policy:…", "grant:…"): nobody was asked."""
+        return self.status != self.Status.PENDING and self.decided_by.startswith(("policy:", "grant:"))
+
+    @property
     def tally(self) -> str:
         """Say how far the quorum is: "1 of 2 approvals: bob"."""
         return self.tally_of(self.counted_voters)

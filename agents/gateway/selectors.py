@@ -43,7 +43,7 @@ class ExternalCall:
             return "expired"
         if approval is None or approval.status == Approval.Status.APPROVED:
             return "allowed"
-        if approval.status != Approval.Status.PENDING and approval.decided_by.startswith(("policy:", "grant:")):
+        if approval.decided_by_policy:
             return "denied"
         return str(approval.status)
 

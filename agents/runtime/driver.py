@@ -555,10 +555,17 @@ class _Driver:
             with _lease_keeper.running_tool(self.owner):
                 status, output = execution.invoke(tool, ctx, arguments)
         except FeedbackRequired as exc:
-            if approval is None:
+            # Nobody was asked (no approval, or a rule's or grant's allowance): a person answers now.
+            # Asked after a person's (or the clock's) decision, the tool had its answer: it fails.
+            if approval is None or approval.decided_by_policy:
                 request = execution.jsonable(exc.payload)
                 services.toolcall_ask(
-                    owner=self.owner, tool_call=call, claimed_at=claimed_at, request=request, expires_at=None
+                    owner=self.owner,
+                    tool_call=call,
+                    claimed_at=claimed_at,
+                    request=request,
+                    expires_at=None,
+                    allowance=approval,
                 )
                 return True
             status = ToolCall.Status.FAILED

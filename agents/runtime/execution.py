@@ -27,13 +27,20 @@ def arguments_to_run(tool: Tool, call: ToolCall, approval: Approval | None) -> d
 
 
 def context(call: ToolCall, approval: Approval | None) -> ToolContext:
+    """Return what the tool is told of its call: the decision it runs under, when someone was asked.
+
+    A rule's or a grant's allowance asked nobody: the tool sees no approval, as an unlisted
+    tool's call, so one that asks a person while it has none (ask_human) asks (the driver turns
+    the allowance into the question). Its idempotency key is the approval's all the same.
+    """
+    decided = approval if approval is not None and not approval.decided_by_policy else None
     return ToolContext(
         run_id=call.run_id,
         tool_call_id=call.call_id,
         idempotency_key=approval.pk if approval else f"{call.run_id}:{call.call_id}",
-        approval_id=approval.pk if approval else None,
-        approval_payload=approval.payload if approval else None,
-        approval_note=approval.note if approval else "",
+        approval_id=decided.pk if decided else None,
+        approval_payload=decided.payload if decided else None,
+        approval_note=decided.note if decided else "",
         edited=approval is not None and approval.arguments is not None,
         # A scheduled call run now by a person, or a decided one its tool put off (held till not_before).
         # A schedule rule's time coming is no leave to skip the tool's own run_at: that holds the call.
@@ -173,7 +180,8 @@ def _invoke_deferred(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) ->
         return ToolCall.Status.FAILED, outputs.error(
             "TOOL_ERROR", f"{tool.name} asked to run later after its time came"
         )
-    except FeedbackRequired:  # asked again after approval: the decision was the answer
+    except FeedbackRequired:  # asked after a person's (or the clock's) decision: it was the answer
+        # A rule's or a grant's allowance never gets here: its call runs in the driver, which asks.
         return ToolCall.Status.FAILED, outputs.error(
             "TOOL_ERROR", f"{tool.name} asked for a decision again after one was given"
         )

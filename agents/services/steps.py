@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -328,20 +329,74 @@ def toolcall_record_result(
 
 
 def toolcall_ask(
-    *, owner: str, tool_call: ToolCall, claimed_at: datetime, request: dict[str, Any], expires_at: datetime | None
+    *,
+    owner: str,
+    tool_call: ToolCall,
+    claimed_at: datetime,
+    request: dict[str, Any],
+    expires_at: datetime | None,
+    allowance: Approval | None = None,
 ) -> Approval:
     """Turn a claimed call whose tool asked a person itself into a pending suspend approval.
 
     The tool asked before doing anything, so its claim is handed back: it runs once, later,
-    with the reviewer's answer.
+    with the reviewer's answer. A call a rule or a standing grant let through has its one
+    approval already (`allowance`, decided by the policy, nobody asked): that approval becomes
+    the question, for those the policy names for the call (approvers, quorum, four eyes), in
+    the same write; the audit keeps the allowance and says that the tool asked.
     """
     request = text.repair(request)
     tool_call.hitl_mode = Approval.Mode.SUSPEND
     approval = _approval(tool_call, mode=tool_call.hitl_mode, request=request, expires_at=expires_at)
     event = _approval_required(tool_call, request=request, suspended=False)
-    _hand_back_claim(owner, tool_call, claimed_at, approval, event)
+    if allowance is None:
+        _hand_back_claim(owner, tool_call, claimed_at, approval, event)
+    else:
+        with transaction.atomic():
+            _reopen_as_question(owner, tool_call, claimed_at, approval, allowance, event)
     notify.announce("approval.required", approval.id)
     return approval
+
+
+def _reopen_as_question(
+    owner: str,
+    tool_call: ToolCall,
+    claimed_at: datetime,
+    approval: Approval,
+    allowance: Approval,
+    event: tuple[str, dict[str, Any]],
+) -> None:
+    """Hand back the claim of a call a rule or grant allowed, its approval now the pending question, and audit it."""
+    approval.approvers, approval.quorum = allowance.approvers, allowance.quorum
+    approval.four_eyes, approval.policy_version = allowance.four_eyes, allowance.policy_version
+    approval.created_at = timezone.now()  # the question waits from now, as a new one does
+    kept = ("id", "run_id", "tool_call_id")
+    question = {name: value for name, value in values_of(approval).items() if name not in kept}
+    # Only the policy's decision is turned back: a person's answer, once given, is the call's for good.
+    allowed = {"status": Approval.Status.APPROVED, "decided_by": allowance.decided_by}
+    _hand_back_claim(
+        owner,
+        tool_call,
+        claimed_at,
+        approval,
+        event,
+        write=lambda chain: chain.update(Approval, approval.pk, question, where=allowed),
+    )
+    audit_append(
+        approval_id=approval.pk,
+        run_id=approval.run_id,
+        tool=approval.tool,
+        action="asked",
+        actor="system",
+        source=AuditEntry.Source.SYSTEM,
+        outcome=AuditEntry.Outcome.DECIDED,
+        detail={
+            "allowed_by": allowance.decided_by,
+            "reason": allowance.note,
+            "request": approval.request,
+            "note": "the policy let the call run without asking anyone; its tool asked a question, which a person answers",
+        },
+    )
 
 
 def toolcall_schedule(*, owner: str, tool_call: ToolCall, claimed_at: datetime, run_at: datetime) -> Approval:
@@ -393,14 +448,23 @@ def toolcall_hold(*, owner: str | None, tool_call: ToolCall, claimed_at: datetim
 
 
 def _hand_back_claim(
-    owner: str, tool_call: ToolCall, claimed_at: datetime, approval: Approval, event: tuple[str, dict[str, Any]]
+    owner: str,
+    tool_call: ToolCall,
+    claimed_at: datetime,
+    approval: Approval,
+    event: tuple[str, dict[str, Any]],
+    *,
+    write: Callable[[Chain], None] | None = None,
 ) -> None:
-    """Release a call's claim and open its suspend approval, fenced by the lease."""
+    """Release a call's claim and open its suspend approval (inserted, or by `write`), fenced by the lease."""
     released = {"executed_at": None, "status": ToolCall.Status.AWAITING_APPROVAL, "hitl_mode": tool_call.hitl_mode}
 
     def add_rows(chain: Chain) -> None:
         chain.update(ToolCall, tool_call.pk, released, where={"executed_at": claimed_at})
-        chain.insert(Approval, [values_of(approval)])
+        if write is None:
+            chain.insert(Approval, [values_of(approval)])
+        else:
+            write(chain)
 
     run_write(run_id=tool_call.run_id, owner=owner, items=[event], rows=add_rows)
     _schedule_deadlines([approval])

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import services
-from agents.tools import ToolContext, run_at, tool
+from agents.tools import ToolContext, feedback_required, run_at, tool
 
 
 @tool
@@ -42,3 +42,33 @@ def charge_after_hours(ctx: ToolContext, customer: str, not_before: str) -> dict
         tool="charge_after_hours", idempotency_key=ctx.idempotency_key, arguments={"c": customer}
     )
     return {"charged": customer}
+
+
+@tool
+def ship_order(ctx: ToolContext, order_id: str) -> dict[str, Any]:
+    """Ship an order on the day a person names: ask while no approval came with the call, as ask_human does."""
+    if ctx.approval_id is None:
+        feedback_required({"question": f"On which day should {order_id} ship?", "answer": "text"})
+    answer = str((ctx.approval_payload or {}).get("answer") or "")
+    services.sideeffect_record(
+        tool="ship_order", idempotency_key=ctx.idempotency_key, arguments={"order_id": order_id, "answer": answer}
+    )
+    return {"order_id": order_id, "answer": answer}
+
+
+@tool
+def pack_order(ctx: ToolContext, order_id: str) -> dict[str, Any]:
+    """Pack an order in the box a person names: ask until an answer comes with the call."""
+    if not ctx.approval_payload:
+        feedback_required({"question": f"Which box for {order_id}?", "answer": "text"})
+    answer = str(ctx.approval_payload.get("answer") or "")
+    services.sideeffect_record(
+        tool="pack_order", idempotency_key=ctx.idempotency_key, arguments={"order_id": order_id, "answer": answer}
+    )
+    return {"order_id": order_id, "answer": answer}
+
+
+@tool
+def keep_asking(ctx: ToolContext, order_id: str) -> dict[str, Any]:
+    """Ask about an order whatever the answer was (a tool that never settles)."""
+    feedback_required({"question": f"Anything else about {order_id}?", "answer": "text"})
