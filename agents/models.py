@@ -176,6 +176,10 @@ class ToolCall(models.Model):
         return models.Q(not_before__isnull=True) | models.Q(not_before__lte=now)
 
 
+DEADLINE = "deadline"  # who decided when a deadline approved (approvals' decided_by)
+SCHEDULE = "schedule"  # who decided when a scheduled call's time came
+
+
 class Approval(models.Model):
     class Mode(models.TextChoices):
         SUSPEND = "suspend"
@@ -319,8 +323,15 @@ class Approval(models.Model):
 
     @property
     def decided_by_policy(self) -> bool:
-        """Return whether a rule or a standing grant decided the call ("policy:…", "grant:…"): nobody was asked."""
-        return self.status != self.Status.PENDING and self.decided_by.startswith(("policy:", "grant:"))
+        """Return whether a rule, a standing grant or a schedule's time decided the call: nobody was asked.
+
+        "policy:…", "grant:…", or SCHEDULE (a schedule rule's time, or the time a tool asked
+        to run at, came); not a person, nor DEADLINE (a deadline stands for nobody answering).
+        """
+        decided_by = self.decided_by
+        return self.status != self.Status.PENDING and (
+            decided_by.startswith(("policy:", "grant:")) or decided_by == SCHEDULE
+        )
 
     @property
     def tally(self) -> str:

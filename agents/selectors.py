@@ -32,6 +32,8 @@ from django.utils import timezone
 
 from agents import sql, text
 from agents.models import (
+    DEADLINE,
+    SCHEDULE,
     ApiToken,
     Approval,
     AuditEntry,
@@ -46,7 +48,6 @@ from agents.models import (
     SideEffect,
     ToolCall,
 )
-from agents.services.deadlines import DEADLINE, SCHEDULE
 from agents.services.errors import NotFound
 
 # The events the cross-run approval feed carries.

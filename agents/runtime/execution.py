@@ -11,10 +11,9 @@ from django.db import connection
 from django.utils import timezone
 
 from agents import queue, services
-from agents.models import Approval, ToolCall
+from agents.models import SCHEDULE, Approval, ToolCall
 from agents.policy import ConfigError
 from agents.runtime import outputs
-from agents.services.deadlines import SCHEDULE
 from agents.tools import FeedbackRequired, InvalidArguments, RunLater, Tool, ToolContext, ToolError, registry
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents import notify, queue
-from agents.models import Approval, AuditEntry
+from agents.models import DEADLINE, SCHEDULE, Approval, AuditEntry
 from agents.policy.config import MAX_TIMEOUT_SECONDS, ConfigError
 from agents.policy.rules import Verdict
 from agents.services.approvals import (
@@ -40,9 +40,6 @@ from agents.services.eligibility import refusal_for_name
 from agents.services.errors import InvalidInput, NotFound, NotPermitted, WrongState
 
 logger = logging.getLogger(__name__)
-
-DEADLINE = "deadline"  # who decided when the deadline approved
-SCHEDULE = "schedule"  # who decided when a scheduled call's time came
 
 
 def deadline_schedule(*, approval_id: str, when: datetime) -> None:

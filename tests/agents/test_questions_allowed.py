@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from agents import ids, services
 from agents.cli import main as cli_main
 from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, SideEffect, ToolCall
+from agents.services.deadlines import approval_deadline_fire
 from tests.conftest import wait_for
 from tests.support.fake_openai import Reply, tool_messages
 from tests.support.flows import decide, pending, resume, start, tool_outputs
@@ -203,3 +206,34 @@ def test_a_worker_asks_the_question_of_an_allowed_call_and_runs_it_once_answered
     assert code == 0, capsys.readouterr()
     wait_for(lambda: Run.objects.get(pk=run.id).status == Run.Status.COMPLETED, what="the worker to resume the run")
     assert SideEffect.objects.get().arguments == {"order_id": "A1003", "answer": "Monday"}
+
+
+SCHEDULED = """
+    risk: high
+    approvers: ["user:alice"]
+    rules:
+      - {name: tonight, when: "true", action: schedule, at: "now + duration('1h')"}"""
+
+
+@pytest.mark.parametrize("tool", ["ship_order", "pack_order"])
+def test_it_puts_the_question_of_a_call_a_schedule_rule_held_to_its_approvers_when_its_time_comes(
+    shop, alice: User, tool: str
+) -> None:
+    shop(SCHEDULED, tool)
+    run = start("ship A1003", agent="shop")
+    [held] = pending(run)
+    Approval.objects.filter(pk=held.pk).update(expires_at=timezone.now() - timedelta(milliseconds=1))
+    assert approval_deadline_fire(approval_id=held.id) == "run"  # the rule's time came: nobody was asked
+
+    run = resume(run)
+
+    assert run.status == Run.Status.SUSPENDED, "the tool's question was taken as answered by the clock"
+    [approval] = pending(run)
+    assert approval.id == held.id and approval.request is not None
+    assert (approval.decided_by, approval.approvers) == ("", ["user:alice"])
+    assert not SideEffect.objects.exists()
+    decide(approval, "approved", by="alice", payload=ANSWER, auto_resume=False)
+    run = resume(run)
+    assert run.status == Run.Status.COMPLETED
+    [effect] = SideEffect.objects.all()
+    assert (effect.tool, effect.arguments["answer"]) == (tool, "Monday")
