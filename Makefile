@@ -32,17 +32,22 @@ run: $(STAMP)
 # module-scoped Chromium starts once.
 PYTEST_WORKERS ?= $(shell python3 -c "import os; print((os.cpu_count() or 1) + 1)")
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile
+# The suite starts hundreds of Python processes (workers, daphne, the CLI, MCP servers). Where
+# PYTHONDONTWRITEBYTECODE is set, as in many container images, each of them compiled the
+# project's modules again: a tenth of the suite's time on 2 cores (295 s against 265 s). The
+# tests keep the bytecode cache (__pycache__/, ignored by git) whatever the shell says.
+TEST_ENV = PYTHONDONTWRITEBYTECODE=
 
 ## Run the test suite (SQLite by default; set DATABASE_URL=postgres://… for Postgres).
 test: $(STAMP)
-	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 ## The suite without the tests that start worker processes or drive Chromium, for quick loops.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not integration and not browser" $(XDIST) $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/python -m pytest -m "not integration and not browser" $(XDIST) $(PYTEST_ARGS)
 
 test-postgres: $(STAMP)
-	DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(TEST_ENV) DATABASE_URL=postgres://postgres@127.0.0.1:5432/test $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 ## Type-check agents/ and dashboard/ (mypy with django-stubs; settings in pyproject.toml).
 typecheck: $(STAMP)
