@@ -14,7 +14,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.core.cache import caches
-from django.db import connection
+from django.db import OperationalError, connection
 
 from agents import services
 from dashboard import processes
@@ -63,6 +63,7 @@ def _empty_tables_by_delete() -> Iterator[None]:
     A test asking for its sequences reset still gets TRUNCATE … RESTART IDENTITY.
     """
     from django.db.backends.postgresql.operations import DatabaseOperations
+    from psycopg.errors import DeadlockDetected
 
     truncate = DatabaseOperations.sql_flush
 
@@ -76,9 +77,28 @@ def _empty_tables_by_delete() -> Iterator[None]:
         # process of the test still updating a run, and the flush failed, leaving the rows.
         return [f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE;", *(f"DELETE FROM {name};" for name in names)]
 
+    def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
+        # The tables are locked one after the other, as TRUNCATE locks them: a request of the
+        # test's live server still reading two of them can hold one and wait for another, and
+        # PostgreSQL then ends the flush as a deadlock's loser. Its transaction rolled back;
+        # once the request is over, the same flush goes through.
+        for attempt in range(_FLUSH_ATTEMPTS):
+            try:
+                return flush(self, sql_list)
+            except OperationalError as exc:
+                if not isinstance(exc.__cause__, DeadlockDetected) or attempt == _FLUSH_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.2)
+
+    flush = DatabaseOperations.execute_sql_flush
     DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
+    DatabaseOperations.execute_sql_flush = execute_sql_flush  # type: ignore[method-assign]
     yield
     DatabaseOperations.sql_flush = truncate  # type: ignore[method-assign]
+    DatabaseOperations.execute_sql_flush = flush  # type: ignore[method-assign]
+
+
+_FLUSH_ATTEMPTS = 5
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
