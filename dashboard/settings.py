@@ -247,6 +247,14 @@ def _database_config(url: str) -> dict[str, Any]:
 # (or a pooler such as PgBouncer in transaction mode) must exceed the sum over every process.
 # AGENTFAST_DB_POOL=0 turns it off (persistent connections per thread instead, as before).
 DB_POOL_SIZE = _int("AGENTFAST_DB_POOL", 20, minimum=0)
+# Prepared statements: PostgreSQL parses and plans a statement a connection runs again and again
+# once, not at every run. psycopg prepares one once it ran five times, but only with parameters
+# bound on the server: Django's default binds them in the client, into SQL text that is new each
+# time. The engine's hot statements are few and repeated: its in-process round trip took 10.4–12.3
+# ms instead of 13.3–14.1 (`bench.compare`). A pooler in transaction mode must keep them
+# (PgBouncer 1.21 or later with max_prepared_statements set); AGENTFAST_DB_PREPARED=off binds in the
+# client again, for one that cannot.
+DB_PREPARED = _bool("AGENTFAST_DB_PREPARED", True)
 
 
 def _postgres(config: dict[str, object]) -> dict[str, object]:
@@ -254,9 +262,11 @@ def _postgres(config: dict[str, object]) -> dict[str, object]:
     # which a pooler in transaction mode (PgBouncer, as the README suggests) does not keep: off,
     # as Django's docs say for such a pooler. Long reads go by keyset pages instead (audit_verify).
     config = {**config, "DISABLE_SERVER_SIDE_CURSORS": True}
+    options = dict(config.get("OPTIONS") or {})  # type: ignore[call-overload]
+    options["server_side_binding"] = DB_PREPARED
+    config = {**config, "OPTIONS": options}
     if DB_POOL_SIZE <= 0:
         return {**config, "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True}
-    options = dict(config.get("OPTIONS") or {})  # type: ignore[call-overload]
     # Connections open on demand up to max_size; a thread waits up to `timeout` s for one.
     options["pool"] = {"min_size": min(2, DB_POOL_SIZE), "max_size": DB_POOL_SIZE, "timeout": 30}
     # The pool keeps the connections: Django must not hold one per thread past a request or task.

@@ -41,6 +41,7 @@ json.dump({
     "NAME": str(db["NAME"]),
     "CONN_MAX_AGE": db["CONN_MAX_AGE"],
     "POOL": db.get("OPTIONS", {}).get("pool"),
+    "SERVER_SIDE_BINDING": db.get("OPTIONS", {}).get("server_side_binding"),
     "TRUSTED": settings.AGENTFAST_TRUSTED_PROXIES,
     "SESSION_COOKIE_SECURE": settings.SESSION_COOKIE_SECURE,
     "SLACK_SIGNING_SECRET": settings.AGENTFAST_SLACK_SIGNING_SECRET,
@@ -282,6 +283,18 @@ def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("pool", "prepared", "binds_on_the_server"), [("20", "", True), ("0", "", True), ("20", "off", False)]
+)
+def test_it_binds_parameters_on_the_server_so_that_postgresql_prepares_repeated_statements_unless_told_not_to(
+    tmp_path, pool, prepared, binds_on_the_server
+):
+    env = {"DATABASE_URL": "postgres://app@db.internal/agentfast", "AGENTFAST_DB_POOL": pool}
+    shown = loaded(tmp_path / "var", **env, **({"AGENTFAST_DB_PREPARED": prepared} if prepared else {}))
+
+    assert shown["SERVER_SIDE_BINDING"] is binds_on_the_server
+
+
+@pytest.mark.parametrize(
     ("variable", "value", "says"),
     [
         ("AGENTFAST_TRUSTED_PROXIES", "10.0.0.0/8,proxy.local", "'proxy.local' is not an IP address"),
@@ -293,6 +306,7 @@ def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
         ("DATABASE_URL", "postgres://app@db.internal:port/agentfast", "could not be cast to integer"),
         ("DATABASE_URL", "sqlite://", "names no SQLite file"),
         ("AGENTFAST_DB_POOL", "twenty", "'twenty' is not a whole number"),
+        ("AGENTFAST_DB_PREPARED", "sometimes", "'sometimes' is not on or off"),
         ("AGENTFAST_STREAMS_PER_USER", "-3", "'-3' is out of range (at least 1)"),
         # a lease or sweep of NaN or 0 seconds would hand every run to the sweeper at once
         ("AGENTFAST_LEASE_SECONDS", "nan", "'nan' is out of range (a finite number of at least 1)"),
