@@ -248,12 +248,13 @@ def _database_config(url: str) -> dict[str, Any]:
 # AGENTFAST_DB_POOL=0 turns it off (persistent connections per thread instead, as before).
 DB_POOL_SIZE = _int("AGENTFAST_DB_POOL", 20, minimum=0)
 # Prepared statements: PostgreSQL parses and plans a statement a connection runs again and again
-# once, not at every run. psycopg prepares one once it ran five times, but only with parameters
-# bound on the server: Django's default binds them in the client, into SQL text that is new each
-# time. The engine's hot statements are few and repeated: its in-process round trip took 10.4–12.3
-# ms instead of 13.3–14.1 (`bench.compare`). A pooler in transaction mode must keep them
-# (PgBouncer 1.21 or later with max_prepared_statements set); AGENTFAST_DB_PREPARED=off binds in the
-# client again, for one that cannot.
+# once, not at every run. psycopg prepares statements only with parameters bound on the server
+# (Django's default binds them in the client, into SQL text that is new each time), and here from
+# a statement's second run on a connection (at psycopg's default, its sixth, the round trip below
+# was no faster than without; not traced further). The engine's hot statements are few
+# and repeated: its in-process round trip took 10.8–12.7 ms instead of 13.4–14.4 (`bench.compare`).
+# A pooler in transaction mode must keep them (PgBouncer 1.21 or later with max_prepared_statements
+# set); AGENTFAST_DB_PREPARED=off binds in the client again, for one that cannot.
 DB_PREPARED = _bool("AGENTFAST_DB_PREPARED", True)
 
 
@@ -264,6 +265,8 @@ def _postgres(config: dict[str, object]) -> dict[str, object]:
     config = {**config, "DISABLE_SERVER_SIDE_CURSORS": True}
     options = dict(config.get("OPTIONS") or {})  # type: ignore[call-overload]
     options["server_side_binding"] = DB_PREPARED
+    if DB_PREPARED:
+        options["prepare_threshold"] = 1
     config = {**config, "OPTIONS": options}
     if DB_POOL_SIZE <= 0:
         return {**config, "CONN_MAX_AGE": 60, "CONN_HEALTH_CHECKS": True}

@@ -42,6 +42,7 @@ json.dump({
     "CONN_MAX_AGE": db["CONN_MAX_AGE"],
     "POOL": db.get("OPTIONS", {}).get("pool"),
     "SERVER_SIDE_BINDING": db.get("OPTIONS", {}).get("server_side_binding"),
+    "PREPARE_THRESHOLD": db.get("OPTIONS", {}).get("prepare_threshold"),
     "TRUSTED": settings.AGENTFAST_TRUSTED_PROXIES,
     "SESSION_COOKIE_SECURE": settings.SESSION_COOKIE_SECURE,
     "SLACK_SIGNING_SECRET": settings.AGENTFAST_SLACK_SIGNING_SECRET,
@@ -292,6 +293,8 @@ def test_it_binds_parameters_on_the_server_so_that_postgresql_prepares_repeated_
     shown = loaded(tmp_path / "var", **env, **({"AGENTFAST_DB_PREPARED": prepared} if prepared else {}))
 
     assert shown["SERVER_SIDE_BINDING"] is binds_on_the_server
+    # from a statement's second run: at psycopg's default (its sixth) the engine's round trip gained nothing
+    assert shown["PREPARE_THRESHOLD"] == (1 if binds_on_the_server else None)
 
 
 @pytest.mark.parametrize(
