@@ -247,15 +247,18 @@ def _database_config(url: str) -> dict[str, Any]:
 # (or a pooler such as PgBouncer in transaction mode) must exceed the sum over every process.
 # AGENTFAST_DB_POOL=0 turns it off (persistent connections per thread instead, as before).
 DB_POOL_SIZE = _int("AGENTFAST_DB_POOL", 20, minimum=0)
-# Prepared statements: PostgreSQL parses and plans a statement a connection runs again and again
-# once, not at every run. psycopg prepares statements only with parameters bound on the server
-# (Django's default binds them in the client, into SQL text that is new each time), and here from
-# a statement's second run on a connection (at psycopg's default, its sixth, the round trip below
-# was no faster than without; not traced further). The engine's hot statements are few
-# and repeated: its in-process round trip took 10.8–12.7 ms instead of 13.4–14.4 (`bench.compare`).
-# A pooler in transaction mode must keep them (PgBouncer 1.21 or later with max_prepared_statements
-# set); AGENTFAST_DB_PREPARED=off binds in the client again, for one that cannot.
-DB_PREPARED = _bool("AGENTFAST_DB_PREPARED", True)
+# Prepared statements (AGENTFAST_DB_PREPARED=on): PostgreSQL parses and plans a statement a
+# connection runs again and again once, not at every run. psycopg prepares statements only with
+# parameters bound on the server (Django's default binds them in the client, into SQL text that is
+# new each time), and here from a statement's second run on a connection (at psycopg's default,
+# its sixth, the round trip below was no faster than without; not traced further). The engine's
+# hot statements are few and repeated: its in-process round trip took 10.8–12.7 ms instead of
+# 13.4–14.4 (`bench.compare`). Off by default, for two reasons: a pooler in transaction mode must
+# keep them (PgBouncer 1.21 or later with max_prepared_statements set), and a migration that
+# changes the type of a column a prepared statement reads makes that statement fail on its
+# connection until the process restarts ("cached plan must not change result type": psycopg keeps
+# running the stale one), where client-bound SQL would go on working.
+DB_PREPARED = _bool("AGENTFAST_DB_PREPARED", False)
 
 
 def _postgres(config: dict[str, object]) -> dict[str, object]:

@@ -284,9 +284,10 @@ def test_it_keeps_a_connection_per_thread_when_the_pool_is_turned_off(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("pool", "prepared", "binds_on_the_server"), [("20", "", True), ("0", "", True), ("20", "off", False)]
+    ("pool", "prepared", "binds_on_the_server"),
+    [("20", "", False), ("20", "on", True), ("0", "on", True), ("20", "off", False)],
 )
-def test_it_binds_parameters_on_the_server_so_that_postgresql_prepares_repeated_statements_unless_told_not_to(
+def test_it_binds_parameters_on_the_server_so_that_postgresql_prepares_repeated_statements_when_told_to(
     tmp_path, pool, prepared, binds_on_the_server
 ):
     env = {"DATABASE_URL": "postgres://app@db.internal/agentfast", "AGENTFAST_DB_POOL": pool}
