@@ -555,8 +555,8 @@ class _Driver:
             with _lease_keeper.running_tool(self.owner):
                 status, output = execution.invoke(tool, ctx, arguments)
         except FeedbackRequired as exc:
-            # Nobody was asked (no approval, or a rule's or grant's allowance): a person answers now.
-            # Asked after a person's (or the clock's) decision, the tool had its answer: it fails.
+            # Nobody was asked (no approval, or a rule's, a grant's or a schedule's allowance): a person
+            # answers now. Asked after a person's (or a deadline's) decision, the tool had its answer: it fails.
             if approval is None or approval.decided_by_policy:
                 request = execution.jsonable(exc.payload)
                 services.toolcall_ask(

@@ -28,7 +28,7 @@ def arguments_to_run(tool: Tool, call: ToolCall, approval: Approval | None) -> d
 def context(call: ToolCall, approval: Approval | None) -> ToolContext:
     """Return what the tool is told of its call: the decision it runs under, when someone was asked.
 
-    A rule's or a grant's allowance asked nobody: the tool sees no approval, as an unlisted
+    A rule's, a grant's or a schedule's allowance asked nobody: the tool sees no approval, as an unlisted
     tool's call, so one that asks a person while it has none (ask_human) asks (the driver turns
     the allowance into the question). Its idempotency key is the approval's all the same.
     """
@@ -179,8 +179,8 @@ def _invoke_deferred(tool: Tool, ctx: ToolContext, arguments: dict[str, Any]) ->
         return ToolCall.Status.FAILED, outputs.error(
             "TOOL_ERROR", f"{tool.name} asked to run later after its time came"
         )
-    except FeedbackRequired:  # asked after a person's (or the clock's) decision: it was the answer
-        # A rule's or a grant's allowance never gets here: its call runs in the driver, which asks.
+    except FeedbackRequired:  # asked after a person's (or a deadline's) decision: it was the answer
+        # A rule's, a grant's or a schedule's allowance never gets here: its call runs in the driver, which asks.
         return ToolCall.Status.FAILED, outputs.error(
             "TOOL_ERROR", f"{tool.name} asked for a decision again after one was given"
         )

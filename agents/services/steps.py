@@ -340,8 +340,8 @@ def toolcall_ask(
     """Turn a claimed call whose tool asked a person itself into a pending suspend approval.
 
     The tool asked before doing anything, so its claim is handed back: it runs once, later,
-    with the reviewer's answer. A call a rule or a standing grant let through has its one
-    approval already (`allowance`, decided by the policy, nobody asked): that approval becomes
+    with the reviewer's answer. A call a rule, a standing grant or a schedule's time let through
+    has its one approval already (`allowance`, Approval.decided_by_policy: nobody asked): that approval becomes
     the question, for those the policy names for the call (approvers, quorum, four eyes), in
     the same write; the audit keeps the allowance and says that the tool asked.
     """
@@ -366,7 +366,7 @@ def _reopen_as_question(
     allowance: Approval,
     event: tuple[str, dict[str, Any]],
 ) -> None:
-    """Hand back the claim of a call a rule or grant allowed, its approval now the pending question, and audit it."""
+    """Hand back the claim of a call nobody was asked for, its approval now the pending question, and audit it."""
     approval.approvers, approval.quorum = allowance.approvers, allowance.quorum
     approval.four_eyes, approval.policy_version = allowance.four_eyes, allowance.policy_version
     approval.created_at = timezone.now()  # the question waits from now, as a new one does

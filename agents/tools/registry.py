@@ -45,7 +45,7 @@ class ToolContext:
     tool_call_id: str
     # Pass it to external systems so that they, too, apply the effect once.
     idempotency_key: str
-    approval_id: str | None = None  # the decision a person (or the clock) made; None: nobody was asked
+    approval_id: str | None = None  # the decision a person (or a deadline) made; None: nobody was asked
     approval_payload: dict[str, Any] | None = None
     approval_note: str = ""
     edited: bool = False
