@@ -127,6 +127,8 @@ def undecodable_parameter(query_string: str | bytes) -> str | None:
     The name is given as it reads, its bad bytes as U+FFFD (it may be the name that is bad).
     """
     raw = query_string if isinstance(query_string, bytes) else query_string.encode("utf-8", "surrogateescape")
+    if raw.isascii() and b"%" not in raw:  # every request passes here: ASCII with no escape is text already
+        return None
     for part in raw.split(b"&"):  # as Django's QueryDict splits (urllib's parse_qsl)
         name, _, value = (unquote_to_bytes(piece.replace(b"+", b" ")) for piece in part.partition(b"="))
         if not (_is_utf8(name) and _is_utf8(value)):
