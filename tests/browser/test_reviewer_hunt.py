@@ -133,6 +133,33 @@ def test_it_sends_a_questions_answer_with_ctrl_enter(viewer, alice):
     assert alices.errors == []
 
 
+def test_it_sends_an_answer_typed_the_moment_the_list_was_drawn_again(viewer, alice):
+    # A card the list's re-fetch just drew was not yet wired to htmx for the 20 ms htmx waits
+    # before settling: an answer sent then went out as the browser's own GET, the answer in the
+    # address and nothing recorded.
+    [question] = pending(start("Ask a human whether to expedite order A1003", auto_resume=False))
+    alices = viewer("alice")
+    page = alices.page
+    wait_live(page)
+    card = f"#card-{question.id}"
+    page.evaluate(
+        """card => {
+            document.body.addEventListener("htmx:afterSwap", () => setTimeout(() => {
+                document.querySelector(card + " input[name=answer]").value = "Yes, overnight";
+                document.querySelector(card + " button[data-action=approve]").click();
+            }), { once: true });
+            htmx.trigger(document.getElementById("inbox"), "htmx:wsOpen");
+        }""",
+        card,
+    )
+
+    page.wait_for_selector(f"{card}.decided", timeout=5000)
+    assert "answer=" not in page.url
+    question.refresh_from_db()
+    assert (question.status, question.payload) == (Approval.Status.APPROVED, {"answer": "Yes, overnight"})
+    assert alices.errors == []
+
+
 def test_it_sends_no_decision_with_ctrl_enter_on_the_approval_page_until_one_is_chosen(viewer, alice):
     [approval] = pending(start(REFUND, auto_resume=False))
     alices = viewer("alice", path=f"/approvals/{approval.id}")
