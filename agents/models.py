@@ -178,6 +178,7 @@ class ToolCall(models.Model):
 
 DEADLINE = "deadline"  # who decided when a deadline approved (approvals' decided_by)
 SCHEDULE = "schedule"  # who decided when a scheduled call's time came
+RUN_NOW = "run now"  # the note of a scheduled call a reviewer ran before its time
 
 
 class Approval(models.Model):
@@ -326,12 +327,15 @@ class Approval(models.Model):
         """Return whether a rule, a standing grant or a schedule's time decided the call: nobody was asked.
 
         "policy:…", "grant:…", or SCHEDULE (a schedule rule's time, or the time a tool asked
-        to run at, came); not a person, nor DEADLINE (a deadline stands for nobody answering).
+        to run at, came), or a reviewer's Run now on such a call (its time, come early: the
+        press answers no question); not a person's decision otherwise, nor DEADLINE (a deadline
+        stands for nobody answering).
         """
+        if self.status == self.Status.PENDING:
+            return False
         decided_by = self.decided_by
-        return self.status != self.Status.PENDING and (
-            decided_by.startswith(("policy:", "grant:")) or decided_by == SCHEDULE
-        )
+        ran_now = self.on_timeout == self.OnTimeout.RUN and self.request is None and self.note == RUN_NOW
+        return decided_by.startswith(("policy:", "grant:")) or decided_by == SCHEDULE or ran_now
 
     @property
     def tally(self) -> str:

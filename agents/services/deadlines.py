@@ -23,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents import notify, queue
-from agents.models import DEADLINE, SCHEDULE, Approval, AuditEntry
+from agents.models import DEADLINE, RUN_NOW, SCHEDULE, Approval, AuditEntry
 from agents.policy.config import MAX_TIMEOUT_SECONDS, ConfigError
 from agents.policy.rules import Verdict
 from agents.services.approvals import (
@@ -285,9 +285,6 @@ def approval_remind_due() -> int:
                 notify.announce("approval.reminder", approval.pk)
                 sent += 1
     return sent
-
-
-RUN_NOW = "run now"  # the note of a scheduled call a reviewer ran before its time
 
 
 def toolcall_run_now(*, approval_id: str, attempt: Attempt) -> Approval:

@@ -340,8 +340,8 @@ def toolcall_ask(
     """Turn a claimed call whose tool asked a person itself into a pending suspend approval.
 
     The tool asked before doing anything, so its claim is handed back: it runs once, later,
-    with the reviewer's answer. A call a rule, a standing grant or a schedule's time let through
-    has its one approval already (`allowance`, Approval.decided_by_policy: nobody asked): that approval becomes
+    with the reviewer's answer. A call a rule, a standing grant, a schedule's time or a reviewer's
+    Run now let through has its one approval already (`allowance`, Approval.decided_by_policy: nobody asked): that approval becomes
     the question, for those the policy names for the call (approvers, quorum, four eyes), in
     the same write; the audit keeps the allowance and says that the tool asked.
     """
@@ -394,7 +394,7 @@ def _reopen_as_question(
             "allowed_by": allowance.decided_by,
             "reason": allowance.note,
             "request": approval.request,
-            "note": "the policy let the call run without asking anyone; its tool asked a question, which a person answers",
+            "note": "the call was let run without a question to anyone; its tool asked one, which a person answers",
         },
     )
 

@@ -1,6 +1,6 @@
-"""A tool's own question on a call a rule or a standing grant let through reaches a person.
+"""A tool's own question on a call a rule, a standing grant or a schedule let through reaches a person.
 
-The rule (or grant) decided that the call may run; nobody was asked, so nobody answered
+The rule (or grant, or the schedule's time, or a reviewer's Run now) decided that the call may run; nobody was asked, so nobody answered
 what the tool asks (feedback_required). The call's one approval becomes the pending
 question, for those the policy names; the answer comes from the web, the API or the CLI as
 any other, and the tool runs once with it.
@@ -215,22 +215,33 @@ SCHEDULED = """
       - {name: tonight, when: "true", action: schedule, at: "now + duration('1h')"}"""
 
 
+def _time_comes(held: Approval) -> None:
+    Approval.objects.filter(pk=held.pk).update(expires_at=timezone.now() - timedelta(milliseconds=1))
+    assert approval_deadline_fire(approval_id=held.id) == "run"  # the rule's time came: nobody was asked
+
+
+def _run_now(held: Approval) -> None:
+    # Run now is the call's time come early: the press lets it run, it answers no question.
+    services.toolcall_run_now(approval_id=held.id, attempt=services.Attempt(actor="alice", source="web"))
+
+
+@pytest.mark.parametrize("let_run", [_time_comes, _run_now], ids=["its time came", "run now"])
 @pytest.mark.parametrize("tool", ["ship_order", "pack_order"])
-def test_it_puts_the_question_of_a_call_a_schedule_rule_held_to_its_approvers_when_its_time_comes(
-    shop, alice: User, tool: str
+def test_it_puts_the_question_of_a_scheduled_call_to_its_approvers_when_it_runs(
+    shop, alice: User, tool: str, let_run: Callable[[Approval], None]
 ) -> None:
     shop(SCHEDULED, tool)
     run = start("ship A1003", agent="shop")
     [held] = pending(run)
-    Approval.objects.filter(pk=held.pk).update(expires_at=timezone.now() - timedelta(milliseconds=1))
-    assert approval_deadline_fire(approval_id=held.id) == "run"  # the rule's time came: nobody was asked
+    let_run(held)
 
     run = resume(run)
 
-    assert run.status == Run.Status.SUSPENDED, "the tool's question was taken as answered by the clock"
+    assert run.status == Run.Status.SUSPENDED, "the tool's question was taken as answered by the clock or the press"
     [approval] = pending(run)
     assert approval.id == held.id and approval.request is not None
     assert (approval.decided_by, approval.approvers) == ("", ["user:alice"])
+    assert ("system", "asked", "decided") in _audit(approval)
     assert not SideEffect.objects.exists()
     decide(approval, "approved", by="alice", payload=ANSWER, auto_resume=False)
     run = resume(run)
