@@ -334,7 +334,12 @@ class Approval(models.Model):
         if self.status == self.Status.PENDING:
             return False
         decided_by = self.decided_by
-        ran_now = self.on_timeout == self.OnTimeout.RUN and self.request is None and self.note == RUN_NOW
+        ran_now = (
+            self.status == self.Status.APPROVED
+            and self.on_timeout == self.OnTimeout.RUN
+            and self.request is None
+            and self.note == RUN_NOW
+        )
         return decided_by.startswith(("policy:", "grant:")) or decided_by == SCHEDULE or ran_now
 
     @property

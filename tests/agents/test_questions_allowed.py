@@ -248,3 +248,15 @@ def test_it_puts_the_question_of_a_scheduled_call_to_its_approvers_when_it_runs(
     assert run.status == Run.Status.COMPLETED
     [effect] = SideEffect.objects.all()
     assert (effect.tool, effect.arguments["answer"]) == (tool, "Monday")
+
+
+def test_it_keeps_a_reviewers_rejection_of_a_scheduled_call_theirs_whatever_its_note(shop, alice: User) -> None:
+    # Only Run now's approval lets a scheduled call run as its time would; a rejection typed
+    # with the same words is a person's, which the gateway reports as rejected, not denied.
+    shop(SCHEDULED, "ship_order")
+    [held] = pending(start("ship A1003", agent="shop"))
+    decide(held, "rejected", by="alice", note="run now", auto_resume=False)
+
+    held.refresh_from_db()
+    assert (held.status, held.decided_by, held.note) == (Approval.Status.REJECTED, "alice", "run now")
+    assert not held.decided_by_policy
