@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import DateTimeField, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents import notify, queue
@@ -38,6 +40,7 @@ from agents.services.approvals import (
 from agents.services.audit import audit_append
 from agents.services.eligibility import refusal_for_name
 from agents.services.errors import InvalidInput, NotFound, NotPermitted, WrongState
+from agents.sql import SecondsApart
 
 logger = logging.getLogger(__name__)
 
@@ -272,10 +275,11 @@ def approval_remind_due() -> int:
     waiting = Approval.objects.filter(status=Approval.Status.PENDING, remind_every_seconds__isnull=False)
     # A scheduled call (the tool's remind_every came with its rule) waits for its time, not for anyone.
     waiting = waiting.exclude(on_timeout=Approval.OnTimeout.RUN)
-    for approval in waiting.only("pk", "created_at", "last_reminded_at", "remind_every_seconds"):
-        last = approval.last_reminded_at or approval.created_at
-        if last + timedelta(seconds=approval.remind_every_seconds or 0) > now:
-            continue
+    # Chosen by the database: a tool that reminds can have thousands of calls waiting, and each
+    # sweep read them all to remind the few whose interval had passed.
+    last = Coalesce("last_reminded_at", "created_at")
+    due = waiting.filter(SecondsApart(last, Value(now, output_field=DateTimeField()), "remind_every_seconds"))
+    for approval in due.only("pk", "last_reminded_at"):
         # A compare-and-set on the last reminder: two sweepers never remind twice for one interval.
         with transaction.atomic():
             claimed = Approval.objects.filter(

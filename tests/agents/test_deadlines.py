@@ -414,6 +414,27 @@ def test_it_sends_reminders_while_a_call_waits(deadline, django_capture_on_commi
     assert approval_remind_due() == 0  # decided: no more reminders
 
 
+def test_it_reminds_exactly_the_approvals_whose_own_interval_has_passed(deadline, django_capture_on_commit_callbacks):
+    # The database picks them: each approval's interval from its last reminder, or from when it was asked.
+    deadline(remind_every="1h")
+    asked, reminded, recent, fractional, quick = (pending(start(REFUND))[0] for _ in range(5))
+    now = timezone.now()
+    moves = {
+        asked: {"created_at": now - timedelta(minutes=61)},  # never reminded, asked over an hour ago
+        reminded: {"created_at": now - timedelta(hours=5), "last_reminded_at": now - timedelta(minutes=61)},
+        recent: {"created_at": now - timedelta(hours=5), "last_reminded_at": now - timedelta(minutes=59)},
+        fractional: {"remind_every_seconds": 90.5, "created_at": now - timedelta(seconds=89.5)},  # 1 s to go
+        quick: {"remind_every_seconds": 90.5, "created_at": now - timedelta(seconds=91)},
+    }
+    for approval, changes in moves.items():
+        Approval.objects.filter(pk=approval.pk).update(**changes)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert approval_remind_due() == 3
+
+    assert {a.pk for a in moves if deliveries(a, "approval.reminder")} == {asked.pk, reminded.pk, quick.pk}
+
+
 @pytest.mark.integration
 def test_it_fires_a_deadline_on_time_through_its_eta_task(deadline, start_worker):
     # The sweeper is slowed to once an hour: only the task scheduled at the deadline can fire it.
