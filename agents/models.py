@@ -364,6 +364,8 @@ class Vote(models.Model):
     arguments_digest = models.CharField(max_length=64)
     arguments = models.JSONField(null=True, blank=True)  # this voter's edit, if any
     note = models.TextField(blank=True)
+    # A question's answer from this voter (the tool gets the one that completed the quorum).
+    payload = models.JSONField(null=True, blank=True)
     source = models.CharField(max_length=10)  # AuditEntry.Source
     origin = models.CharField(max_length=200, blank=True)
     policy_version = models.CharField(max_length=64, blank=True)

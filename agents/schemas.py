@@ -59,6 +59,7 @@ class VoteShape(_Shape):
     counts: bool  # an approval of the current arguments: it counts towards the quorum
     arguments: JsonObject  # this voter's edit, if any
     note: str
+    payload: JsonObject  # this voter's answer to a question, if any
     source: str
     policy_version: str
     created_at: Timestamp
@@ -72,6 +73,7 @@ class VoteShape(_Shape):
             counts=counts,
             arguments=vote.arguments,
             note=vote.note,
+            payload=vote.payload,
             source=vote.source,
             policy_version=vote.policy_version,
             created_at=vote.created_at,

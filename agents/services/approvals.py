@@ -253,6 +253,7 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
         decision=ask.decision,
         arguments=ask.arguments if edited else None,
         note=ask.note,
+        payload=ask.payload,
         source=_fit(ask.attempt.source, Vote, "source"),
         origin=_fit(ask.attempt.origin, Vote, "origin"),
         policy_version=approval.policy_version,
@@ -272,15 +273,16 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
     same = Vote.objects.filter(approval=approval, decision=ask.decision, **key).first()
     if same is None:
         vote.save(force_insert=True)
-    elif not edited and _is_last_vote(approval, same) and ask.note in ("", same.note):
+    elif not edited and _is_last_vote(approval, same) and ask.note in ("", same.note) and ask.payload == same.payload:
         # (An edit back to arguments this voter approved before changed them: a vote to audit and announce.)
         detail = {"note": ask.note, "arguments_digest": approval.digest, "tally": approval.tally}
         _audit(approval, ask.attempt, action=ask.decision, outcome=AuditEntry.Outcome.IDEMPOTENT, detail=detail)
         return Decision(approval=approval, outcome=AuditEntry.Outcome.IDEMPOTENT)
     else:
-        # The same vote again after voting other arguments, or with new words: it is this voter's
-        # vote now (one row per voter, digest and decision; the audit keeps every attempt).
-        fields = {"note": vote.note, "source": vote.source, "origin": vote.origin, "created_at": vote.created_at}
+        # The same vote again after voting other arguments, or with new words (a note, an answer):
+        # it is this voter's vote now (one row per voter, digest and decision; the audit keeps every attempt).
+        fields = {"note": vote.note, "payload": vote.payload, "source": vote.source, "origin": vote.origin}
+        fields["created_at"] = vote.created_at
         Vote.objects.filter(pk=same.pk).update(policy_version=vote.policy_version, **fields)
     voters = approval.counted_voters  # only voters who may still decide (eligibility.counted_voters)
     if ask.decision == Approval.Status.APPROVED and len(voters) < approval.quorum:
@@ -333,6 +335,8 @@ def _conclude(approval: Approval, ask: _Ask, *, vote: Vote | None = None, voters
 def _announce_vote(approval: Approval, ask: _Ask, edited: bool, voters: list[str]) -> None:
     """Audit a vote that leaves the quorum unreached, and tell viewers (cards show the tally)."""
     detail = {**_detail(approval, voters), "note": ask.note, "tally": approval.tally_of(voters)}
+    if ask.payload is not None:  # a question's answer: the tool gets the last one, the audit keeps each
+        detail["payload"] = ask.payload
     if not edited:
         detail.pop("arguments_diff", None)  # an earlier voter's edit, already audited with their vote
     _audit(approval, ask.attempt, action=ask.decision, outcome=AuditEntry.Outcome.VOTED, detail=detail)

@@ -260,3 +260,41 @@ def test_it_keeps_a_reviewers_rejection_of_a_scheduled_call_theirs_whatever_its_
     held.refresh_from_db()
     assert (held.status, held.decided_by, held.note) == (Approval.Status.REJECTED, "alice", "run now")
     assert not held.decided_by_policy
+
+
+QUORUM = """
+    risk: high
+    approvers: ["user:alice", "user:bob"]
+    quorum: 2
+    rules:
+      - {name: our orders, when: "args.order_id.startsWith('A')", action: allow}"""
+
+
+def test_it_keeps_each_answer_of_a_question_two_people_must_answer(shop, alice: User, bob: User) -> None:
+    # The tool gets the answer that completed the quorum; an earlier answer, or one changed, stays on record.
+    shop(QUORUM, "ship_order")
+    run = resume(start("ship A1003", agent="shop"))
+    [question] = pending(run)
+    assert question.request is not None and question.quorum == 2
+
+    assert decide(question, "approved", by="alice", payload={"answer": "Monday"}, auto_resume=False).outcome == "voted"
+    changed = decide(question, "approved", by="alice", payload={"answer": "Tuesday"}, auto_resume=False)
+    assert changed.outcome == "voted", "alice's new answer was taken for the same vote again"
+    client = Client()
+    client.force_login(bob)
+    shown = client.get(f"/api/approvals/{question.id}").json()["votes"]  # bob sees what alice answered
+    assert [(vote["voter"], vote["payload"]) for vote in shown] == [("alice", {"answer": "Tuesday"})]
+    decide(question, "approved", by="bob", payload={"answer": "Wednesday"}, auto_resume=False)
+
+    votes = AuditEntry.objects.filter(approval_id=question.id, action="approved", actor__in=["alice", "bob"])
+    assert [(e.actor, e.outcome, e.detail.get("payload")) for e in votes.order_by("id")] == [
+        ("alice", "voted", {"answer": "Monday"}),
+        ("alice", "voted", {"answer": "Tuesday"}),
+        ("bob", "decided", {"answer": "Wednesday"}),
+    ]
+    assert dict(question.votes.values_list("voter", "payload")) == {
+        "alice": {"answer": "Tuesday"},
+        "bob": {"answer": "Wednesday"},
+    }
+    assert resume(run).status == Run.Status.COMPLETED
+    assert SideEffect.objects.get().arguments["answer"] == "Wednesday"
