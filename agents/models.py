@@ -346,6 +346,21 @@ class Approval(models.Model):
         return decided_by.startswith(("policy:", "grant:")) or decided_by == SCHEDULE or ran_now
 
     @property
+    def answers_so_far(self) -> list[tuple[str, Any]]:
+        """Return each approver's answer to this question so far, oldest first: [(voter, answer)].
+
+        With a quorum over 1 each approver answers; the next one reads what the others said.
+        The answer is the payload's `answer`, or the whole payload when it has none.
+        """
+        votes = self.votes.filter(
+            decision=self.Status.APPROVED, arguments_digest=self.digest, payload__isnull=False
+        ).order_by("created_at", "id")
+        answers: dict[str, Any] = {}
+        for voter, payload in votes.values_list("voter", "payload"):
+            answers[voter] = payload.get("answer", payload) if isinstance(payload, dict) else payload
+        return list(answers.items())
+
+    @property
     def tally(self) -> str:
         """Say how far the quorum is: "1 of 2 approvals: bob"."""
         return self.tally_of(self.counted_voters)

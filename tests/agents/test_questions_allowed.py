@@ -284,6 +284,8 @@ def test_it_keeps_each_answer_of_a_question_two_people_must_answer(shop, alice: 
     client.force_login(bob)
     shown = client.get(f"/api/approvals/{question.id}").json()["votes"]  # bob sees what alice answered
     assert [(vote["voter"], vote["payload"]) for vote in shown] == [("alice", {"answer": "Tuesday"})]
+    for page in (f"/approvals/{question.id}", "/"):  # and on the approval page and the inbox card
+        assert "Answered so far: alice: “Tuesday”" in client.get(page).content.decode(), page
     decide(question, "approved", by="bob", payload={"answer": "Wednesday"}, auto_resume=False)
 
     votes = AuditEntry.objects.filter(approval_id=question.id, action="approved", actor__in=["alice", "bob"])

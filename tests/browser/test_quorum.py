@@ -1,14 +1,16 @@
 """Two reviewers in real Chromium decide a quorum-2 approval: alice's approval shows "1 of 2"
-on bob's card without a reload, bob's approval decides it."""
+on bob's card without a reload, bob's approval decides it; on a question, alice's answer shows
+on bob's card as she gives it."""
 
 from __future__ import annotations
 
 import pytest
 
 from agents.models import Approval, Vote
+from tests.agents.test_questions_allowed import QUORUM, SHOP, order
 from tests.browser.conftest import wait_js
 from tests.browser.test_inbox_flow import wait_live
-from tests.support.flows import pending, start
+from tests.support.flows import pending, resume, start
 from tests.support.policies import support_yaml
 
 pytestmark = pytest.mark.browser
@@ -44,3 +46,22 @@ def test_it_needs_two_reviewers_and_shows_the_first_approval_live(agent_config, 
     assert (approval.status, approval.decided_by) == (Approval.Status.APPROVED, "bob")
     assert sorted(Vote.objects.filter(approval=approval).values_list("voter", flat=True)) == ["alice", "bob"]
     assert alices.errors == [] and bobs.errors == []
+
+
+def test_it_shows_the_next_approver_the_answer_given_before_theirs_live(agent_config, fake_openai, viewer, alice, bob):
+    agent_config(SHOP.format(base_url=fake_openai.base_url, overrides=QUORUM))
+    fake_openai.script(order("ship_order"))
+    [question] = pending(resume(start("ship A1003", agent="shop")))
+    alices, bobs = viewer("alice"), viewer("bob")
+    for person in (alices, bobs):
+        wait_live(person.page)
+    card = f"#card-{question.id}"
+
+    alices.page.fill(f"{card} input[name=answer]", "Tuesday, <b>after</b> 10:00")
+    alices.page.click(f"{card} [data-action=approve]")
+
+    # Bob never reloads: the vote redraws his card, with alice's words as text.
+    said = "Answered so far: alice: “Tuesday, <b>after</b> 10:00”"
+    wait_js(bobs.page, "([s, said]) => document.querySelector(s)?.innerText.includes(said)", arg=[card, said])
+    assert bobs.page.locator(f"{card} .answers b").count() == 0
+    assert (alices.errors, bobs.errors) == ([], [])
