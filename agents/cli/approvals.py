@@ -89,7 +89,8 @@ def _list(args: argparse.Namespace) -> None:
 def _show(args: argparse.Namespace) -> None:
     from agents import schemas, selectors, text
 
-    detail = schemas.ApprovalDetail.of(selectors.approval_get(args.id)).as_json()
+    approval = selectors.approval_get(args.id)
+    detail = schemas.ApprovalDetail.of(approval).as_json()
     if args.json:
         return print_json(detail)
     fields = ("id", "run_id", "agent", "tool", "mode", "status", "created_at", "decided_by", "decided_at", "note")
@@ -100,6 +101,9 @@ def _show(args: argparse.Namespace) -> None:
         f"{'approvers:':12} {', '.join(detail['approvers']) or 'any reviewer'}" + (" (four eyes)" * detail["four_eyes"])
     )
     echo(f"{'votes:':12} {detail['tally']}")
+    if approval.request is not None and approval.quorum > 1 and approval.status == approval.Status.PENDING:
+        for voter, answer in approval.answers_so_far:  # what the approvers before this one answered
+            echo(f"{'answered:':12} {voter}: {answer if isinstance(answer, str) else text.dumps(answer)}")
     echo(f"{'digest:':12} {detail['arguments_digest'][:12]}")
     echo("arguments:\n" + indent(text.dumps(detail["arguments"], indent=2)))
     for key in ("edited_arguments", "request", "payload"):

@@ -270,7 +270,9 @@ QUORUM = """
       - {name: our orders, when: "args.order_id.startsWith('A')", action: allow}"""
 
 
-def test_it_keeps_each_answer_of_a_question_two_people_must_answer(shop, alice: User, bob: User) -> None:
+def test_it_keeps_each_answer_of_a_question_two_people_must_answer(
+    shop, alice: User, bob: User, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The tool gets the answer that completed the quorum; an earlier answer, or one changed, stays on record.
     shop(QUORUM, "ship_order")
     run = resume(start("ship A1003", agent="shop"))
@@ -286,6 +288,8 @@ def test_it_keeps_each_answer_of_a_question_two_people_must_answer(shop, alice: 
     assert [(vote["voter"], vote["payload"]) for vote in shown] == [("alice", {"answer": "Tuesday"})]
     for page in (f"/approvals/{question.id}", "/"):  # and on the approval page and the inbox card
         assert "Answered so far: alice: “Tuesday”" in client.get(page).content.decode(), page
+    assert cli_main(["approvals", "show", question.id]) == 0  # and in the CLI
+    assert "answered:    alice: Tuesday\n" in capsys.readouterr().out
     decide(question, "approved", by="bob", payload={"answer": "Wednesday"}, auto_resume=False)
 
     votes = AuditEntry.objects.filter(approval_id=question.id, action="approved", actor__in=["alice", "bob"])
