@@ -346,18 +346,19 @@ class Approval(models.Model):
         return decided_by.startswith(("policy:", "grant:")) or decided_by == SCHEDULE or ran_now
 
     @property
-    def answers_so_far(self) -> list[tuple[str, Any]]:
-        """Return each approver's answer to this question so far, oldest first: [(voter, answer)].
+    def answers_so_far(self) -> list[tuple[str, str]]:
+        """Return each approver's answer to this question so far, oldest first: [(voter, answer as text)].
 
         With a quorum over 1 each approver answers; the next one reads what the others said.
-        The answer is the payload's `answer`, or the whole payload when it has none.
+        The answer is the payload's `answer`, or the whole payload (as JSON) when it has none.
         """
         votes = self.votes.filter(
             decision=self.Status.APPROVED, arguments_digest=self.digest, payload__isnull=False
         ).order_by("created_at", "id")
-        answers: dict[str, Any] = {}
+        answers: dict[str, str] = {}
         for voter, payload in votes.values_list("voter", "payload"):
-            answers[voter] = payload.get("answer", payload) if isinstance(payload, dict) else payload
+            answer = payload.get("answer", payload) if isinstance(payload, dict) else payload
+            answers[voter] = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
         return list(answers.items())
 
     @property

@@ -281,8 +281,13 @@ def _vote(approval: Approval, ask: _Ask) -> Decision:
     else:
         # The same vote again after voting other arguments, or with new words (a note, an answer):
         # it is this voter's vote now (one row per voter, digest and decision; the audit keeps every attempt).
-        fields = {"note": vote.note, "payload": vote.payload, "source": vote.source, "origin": vote.origin}
-        fields["created_at"] = vote.created_at
+        fields = {
+            "note": vote.note,
+            "payload": vote.payload,
+            "source": vote.source,
+            "origin": vote.origin,
+            "created_at": vote.created_at,
+        }
         Vote.objects.filter(pk=same.pk).update(policy_version=vote.policy_version, **fields)
     voters = approval.counted_voters  # only voters who may still decide (eligibility.counted_voters)
     if ask.decision == Approval.Status.APPROVED and len(voters) < approval.quorum:

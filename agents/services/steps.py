@@ -341,9 +341,10 @@ def toolcall_ask(
 
     The tool asked before doing anything, so its claim is handed back: it runs once, later,
     with the reviewer's answer. A call a rule, a standing grant, a schedule's time or a reviewer's
-    Run now let through has its one approval already (`allowance`, Approval.decided_by_policy: nobody asked): that approval becomes
-    the question, for those the policy names for the call (approvers, quorum, four eyes), in
-    the same write; the audit keeps the allowance and says that the tool asked.
+    Run now let through has its one approval already (`allowance`, Approval.decided_by_policy:
+    nobody asked): that approval becomes the question, for those the policy names for the call
+    (approvers, quorum, four eyes), in the same write; the audit keeps the allowance and says
+    that the tool asked.
     """
     request = text.repair(request)
     tool_call.hitl_mode = Approval.Mode.SUSPEND

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from agents import ids, services
 from agents.cli import main as cli_main
-from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, SideEffect, ToolCall
+from agents.models import Approval, AuditEntry, Grant, Run, RunEvent, SideEffect, ToolCall, Vote
 from agents.services.deadlines import approval_deadline_fire
 from tests.conftest import wait_for
 from tests.support.fake_openai import Reply, tool_messages
@@ -304,3 +304,12 @@ def test_it_keeps_each_answer_of_a_question_two_people_must_answer(
     }
     assert resume(run).status == Run.Status.COMPLETED
     assert SideEffect.objects.get().arguments["answer"] == "Wednesday"
+
+
+def test_it_shows_an_answer_without_an_answer_key_as_json(shop, alice: User, bob: User) -> None:
+    shop(QUORUM, "ship_order")
+    [question] = pending(resume(start("ship A1003", agent="shop")))
+    decide(question, "approved", by="alice", payload={"answer": "Monday", "slot": 2}, auto_resume=False)
+    Vote.objects.filter(approval=question, voter="alice").update(payload={"day": "Monday", "slot": [2, None]})
+
+    assert question.answers_so_far == [("alice", '{"day": "Monday", "slot": [2, null]}')]
