@@ -447,6 +447,19 @@ def _open_files_problems() -> list[str]:
     ]
 
 
+# Connections the kernel queues for daphne until it accepts them; it caps this at net.core.somaxconn.
+# Twisted's default is 50: when a deploy or a restart drops every live inbox, they all connect again
+# at once, and each connection past the 50 waiting had its handshake dropped and tried again 1, 3,
+# then 7 s later (a test opening 100 long polls at once waited over 30 s on a busy machine).
+LISTEN_BACKLOG = 2048
+
+
+def listen_endpoint(host: str, port: int) -> str:
+    """Return daphne's endpoint for host:port (as its -b and -p make it), with LISTEN_BACKLOG."""
+    interface = host.strip("[]").replace(":", r"\:")  # an IPv6 address's colons, escaped as daphne does
+    return f"tcp:port={port}:interface={interface}:backlog={LISTEN_BACKLOG}"
+
+
 def _serve(args: argparse.Namespace) -> None:
     raise_open_files_limit()
     _say_configuration_problems()
@@ -455,7 +468,7 @@ def _serve(args: argparse.Namespace) -> None:
     os.execvp(
         sys.executable,
         [
-            *(sys.executable, "-m", "daphne", "-b", args.host, "-p", str(args.port)),
+            *(sys.executable, "-m", "daphne", "-e", listen_endpoint(args.host, args.port)),
             *("-v", "1" if log_level() in ("INFO", "DEBUG") else "0"),
             "dashboard.asgi:application",
         ],

@@ -26,6 +26,7 @@ from django.db import connection, transaction
 
 from agents import events, runtime, services
 from agents.models import Approval, AuditEntry, Run, RunEvent, SideEffect
+from dashboard.processes import listen_endpoint
 from tests.conftest import ROOT, child_env, wait_for
 from tests.support import flows
 
@@ -50,7 +51,7 @@ def server(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> I
     log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
+            [sys.executable, "-m", "daphne", "-e", listen_endpoint("127.0.0.1", port), "dashboard.asgi:application"],
             cwd=ROOT,
             env=child_env(),
             stdout=log,

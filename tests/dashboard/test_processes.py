@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -244,6 +245,23 @@ def _open_files(pid: int) -> tuple[int, int]:
 
 @pytest.mark.integration
 @pytest.mark.skipif(not Path("/proc/self/limits").exists(), reason="reads the limits from Linux's /proc")
+@pytest.mark.skipif(shutil.which("ss") is None, reason="reads the listening socket's backlog with ss (iproute2)")
+def test_serve_queues_a_crowd_of_connections_rather_than_dropping_their_handshakes(transactional_db, tmp_path):
+    # Twisted listens with a backlog of 50: every live inbox reconnecting after a deploy past
+    # the 50 not yet accepted had its handshake dropped, and tried again seconds later.
+    server = CliServe(log=tmp_path / "serve.log", env=child_env())
+    server.start()
+    try:
+        server.wait_ready(timeout=30)
+        listening = subprocess.run(
+            ["ss", "-ltnH", f"sport = :{server.port}"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text())
+        assert int(listening[2]) == min(processes.LISTEN_BACKLOG, somaxconn)  # State, Recv-Q, Send-Q: the backlog
+    finally:
+        server.stop()
+
+
 def test_serve_raises_its_open_file_limit_so_hundreds_of_open_inboxes_do_not_shut_it_out(transactional_db, tmp_path):
     """Started under the low soft limit most systems give a service (1024; 256 here) below a high hard one.
 

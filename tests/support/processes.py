@@ -16,6 +16,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from dashboard.processes import listen_endpoint
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Debian's Chromium, driven by Playwright (never a browser Playwright downloads). Without the
@@ -140,7 +142,8 @@ class Daphne(ServerProcess):
     def __init__(self, *, log: Path, env: dict[str, str]) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"]
+        endpoint = listen_endpoint("127.0.0.1", self.port)  # as `agentfast serve` listens
+        args = [sys.executable, "-m", "daphne", "-e", endpoint, "dashboard.asgi:application"]
         super().__init__(args, log=log, env=env)
 
     def is_ready(self) -> bool:
