@@ -2,8 +2,8 @@
 
 - `live_server`: a real `daphne` process serving dashboard.asgi on a free port, against the
   test database and the test run's Redis (tests.conftest.child_env), so HTTP, websockets
-  and the channel layer are the production ones; one per test process (a module may bring
-  its own, as test_refusals.py does), started again for a test if an earlier one killed it. Needs `transactional_db` (it requests it): the server
+  and the channel layer are the production ones; one per test module, started again for a
+  test if an earlier one killed it. Needs `transactional_db` (it requests it): the server
   process only sees committed rows. It reads the project's agentfast.yaml, not a test's
   `agent_config`. A tests.support.processes.Daphne: `.url`,
   `.kill()` then `.start()` and `.wait_ready()` (a restart on the same port, to drop every
@@ -45,9 +45,9 @@ def _live_server_helper() -> None:
     """
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def _daphne(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daphne]:
-    """One daphne per test process: starting one costs seconds of CPU, and it keeps no state of
+    """One daphne per test module: starting one costs seconds of CPU, and it keeps no state of
     its own between tests (each test gets an emptied database and Redis)."""
     env = child_env(DJANGO_ALLOWED_HOSTS="127.0.0.1,localhost", AGENTFAST_LOG_LEVEL="WARNING")
     server = Daphne(log=tmp_path_factory.mktemp("daphne") / "daphne.log", env=env)
