@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from dashboard.processes import listen_endpoint
+from dashboard.processes import WEB_THREADS, listen_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,7 +144,9 @@ class Daphne(ServerProcess):
         self.url = f"http://127.0.0.1:{self.port}"
         endpoint = listen_endpoint("127.0.0.1", self.port)  # as `agentfast serve` listens
         args = [sys.executable, "-m", "daphne", "-e", endpoint, "dashboard.asgi:application"]
-        super().__init__(args, log=log, env=env)
+        # And with its threads for sync work (Python's default, cpus + 4, is 6 on 2 cores): a hundred
+        # long polls each reread the database on them.
+        super().__init__(args, log=log, env={"ASGI_THREADS": str(WEB_THREADS), **env})
 
     def is_ready(self) -> bool:
         try:
