@@ -347,11 +347,14 @@ class Approval(models.Model):
 
     @property
     def answers_so_far(self) -> list[tuple[str, str]]:
-        """Return each approver's answer to this question so far, oldest first: [(voter, answer as text)].
+        """Return each approver's answer to this pending question so far, oldest first: [(voter, answer as text)].
 
         With a quorum over 1 each approver answers; the next one reads what the others said.
         The answer is the payload's `answer`, or the whole payload (as JSON) when it has none.
+        Empty, without a query, for anything else (a call, a decided question, a quorum of 1).
         """
+        if self.request is None or self.quorum <= 1 or self.status != self.Status.PENDING:
+            return []
         votes = self.votes.filter(
             decision=self.Status.APPROVED, arguments_digest=self.digest, payload__isnull=False
         ).order_by("created_at", "id")

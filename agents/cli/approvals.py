@@ -101,9 +101,8 @@ def _show(args: argparse.Namespace) -> None:
         f"{'approvers:':12} {', '.join(detail['approvers']) or 'any reviewer'}" + (" (four eyes)" * detail["four_eyes"])
     )
     echo(f"{'votes:':12} {detail['tally']}")
-    if approval.request is not None and approval.quorum > 1 and approval.status == approval.Status.PENDING:
-        for voter, answer in approval.answers_so_far:  # what the approvers before this one answered
-            echo(f"{'answered:':12} {voter}: {answer}")
+    for voter, answer in approval.answers_so_far:  # what the approvers before this one answered a question
+        echo(f"{'answered:':12} {voter}: {answer}")
     echo(f"{'digest:':12} {detail['arguments_digest'][:12]}")
     echo("arguments:\n" + indent(text.dumps(detail["arguments"], indent=2)))
     for key in ("edited_arguments", "request", "payload"):

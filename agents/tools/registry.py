@@ -10,8 +10,9 @@ call's card, e.g. `summary="Refund {amount_cents|money} on {order_id}"`; without
 card lists the key arguments. A tool may ask a person itself by calling
 `feedback_required(payload)` before it does anything; it is then called again, once, with
 the reviewer's payload in `ctx.approval_payload`. A call a rule or a grant let through, or whose
-scheduled time came, asked nobody: its tool sees no approval (`ctx.approval_id` is None), and its question goes to a
-person as any other. A tool may ask to run later with
+scheduled time came (or a reviewer ran now), asked nobody: its tool sees no approval
+(`ctx.approval_id` is None), and its question goes to a person as any other. A tool may ask to
+run later with
 `run_at(when)` (outside business hours, say): the run suspends until then, and the tool is
 called again, once, at that time or when a reviewer says "run now"; `run_at` then returns.
 A call a person (or a rule, or a grant) already approved keeps that approval and waits for
