@@ -265,7 +265,7 @@ class InboxConsumer(AsyncWebsocketConsumer):
         _for_me, agent, tool, search = self.count_key
         if (agent and approval.run.agent != agent) or (tool and approval.tool != tool):
             return None
-        if search and not await push.once(("search", search), _search_matches, search, approval.pk):
+        if search and not await push.once(("search", search), selectors.approval_matches, approval.pk, search):
             return None
         # htmx swaps a voted card only where it is on the page; a new one goes in at one end.
         variant = ("card", decidable, replace, None if replace else self.insert_at)
@@ -360,10 +360,6 @@ def _decided_html(approval_id: str) -> str:
     except services.NotFound:
         return text.repair(render_to_string("dashboard/_card_gone.html", {"approval_id": approval_id}))
     return text.repair(render_to_string("dashboard/_card_decided.html", {"approval": approval}))
-
-
-def _search_matches(search: str, approval_id: str) -> bool:
-    return selectors.approval_list(search=search).filter(pk=approval_id).exists()
 
 
 def _pending_counts(for_me: bool, agent: str, tool: str, search: str) -> tuple[int, list[Approval] | None]:

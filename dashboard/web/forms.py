@@ -168,7 +168,7 @@ class InboxFilter(forms.Form):
         if self.for_me and not eligibility.may_decide(self.user, approval):
             return False
         agent, tool = self.value("agent"), self.value("tool")
-        if self.search and not selectors.approval_list(search=self.search).filter(pk=approval.pk).exists():
+        if self.search and not selectors.approval_matches(approval.pk, self.search):
             return False
         return (not agent or approval.run.agent == agent) and (not tool or approval.tool == tool)
 
