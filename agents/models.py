@@ -294,6 +294,7 @@ class Approval(models.Model):
 
     # Whose approvals count, when a page of cards read them for all its cards at once (eligibility.mark).
     page_counted_voters: list[str] | None = None
+    page_votes: list[Vote] | None = None  # the page's read of its votes, oldest first (eligibility.mark)
 
     @property
     def counted_voters(self) -> list[str]:
@@ -355,16 +356,35 @@ class Approval(models.Model):
         The answer is the payload's `answer`, or the whole payload (as JSON) when it has none.
         Empty, without a query, for anything else (a call, a decided question, a quorum of 1).
         """
-        if self.request is None or self.quorum <= 1 or self.status != self.Status.PENDING:
+        if self.request is None:
             return []
-        votes = self.votes.filter(
-            decision=self.Status.APPROVED, arguments_digest=self.digest, payload__isnull=False
-        ).order_by("created_at", "id")
         answers: dict[str, str] = {}
-        for voter, payload in votes.values_list("voter", "payload"):
-            answer = payload.get("answer", payload) if isinstance(payload, dict) else payload
-            answers[voter] = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
+        for vote in self._approving_so_far():
+            if vote.payload is not None:
+                answer = vote.payload.get("answer", vote.payload) if isinstance(vote.payload, dict) else vote.payload
+                answers[vote.voter] = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
         return list(answers.items())
+
+    @property
+    def notes_so_far(self) -> list[tuple[str, str]]:
+        """Return the note each approver gave with their approval so far, oldest first: [(voter, note)].
+
+        The reviewer who completes the quorum reads why the others approved ("checked with
+        finance") before adding theirs. Empty, without a query, when no quorum over 1 waits.
+        """
+        notes = {vote.voter: vote.note for vote in self._approving_so_far()}  # each voter's last vote
+        return [(voter, note) for voter, note in notes.items() if note]
+
+    def _approving_so_far(self) -> list[Vote]:
+        """The votes approving the current arguments of this pending approval a quorum over 1 decides, oldest first.
+
+        Read from the page's votes when a list page read them all at once (eligibility.mark).
+        """
+        if self.quorum <= 1 or self.status != self.Status.PENDING:
+            return []
+        votes = self.page_votes if self.page_votes is not None else self.votes.order_by("created_at", "id")
+        digest = self.digest
+        return [vote for vote in votes if vote.decision == self.Status.APPROVED and vote.arguments_digest == digest]
 
     @property
     def tally(self) -> str:

@@ -103,6 +103,8 @@ def _show(args: argparse.Namespace) -> None:
     echo(f"{'votes:':12} {detail['tally']}")
     for voter, answer in approval.answers_so_far:  # what the approvers before this one answered a question
         echo(f"{'answered:':12} {voter}: {answer}")
+    for voter, note in approval.notes_so_far:  # and why they approved
+        echo(f"{'noted:':12} {voter}: {note}")
     echo(f"{'digest:':12} {detail['arguments_digest'][:12]}")
     echo("arguments:\n" + indent(text.dumps(detail["arguments"], indent=2)))
     for key in ("edited_arguments", "request", "payload"):

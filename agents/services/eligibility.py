@@ -175,6 +175,7 @@ def _count_votes(approvals: list[Approval]) -> None:
     voters = _Voters.read({vote.voter for approval in approvals if approval.quorum > 1 for vote in votes[approval.pk]})
     decided = decided_voters(approvals)
     for approval in approvals:
+        approval.page_votes = votes[approval.pk]
         approval.page_counted_voters = counted_voters(approval, votes[approval.pk], voters, decided)
 
 

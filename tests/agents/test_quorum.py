@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from agents import runtime, services
 from agents.models import Approval, AuditEntry, Run, SideEffect, Vote, arguments_digest
@@ -188,6 +190,48 @@ def test_it_shows_the_digest_and_the_votes_in_approvals_show(two_needed: Approva
 
     assert f"digest:      {two_needed.arguments_digest[:12]}" in out
     assert "votes:       1 of 2 approvals: alice" in out
+
+
+def test_the_next_approver_reads_why_the_others_approved(two_needed: Approval, bob: User, capsys):
+    note = "Checked with <b>finance</b>:\nthe limit holds"
+    decide(two_needed, "approved", by="alice", note=note)
+    client = Client()
+    client.force_login(bob)
+
+    assert two_needed.notes_so_far == [("alice", note)]
+    shown = "Notes so far: alice: “Checked with &lt;b&gt;finance&lt;/b&gt;:\nthe limit holds”"
+    for page in (f"/approvals/{two_needed.id}", "/"):  # on the approval page and the inbox card
+        assert shown in client.get(page).content.decode(), page
+    assert cli.main(["approvals", "show", two_needed.id]) == 0
+    assert f"noted:       alice: {note}\n" in capsys.readouterr().out
+
+    decide(two_needed, "approved", by="alice", note="and the address")  # new words: her note now
+    decide(two_needed, "approved", by="alice")  # the same vote again, no words: her note stays
+    assert two_needed.notes_so_far == [("alice", "and the address")]
+
+    decide(two_needed, "approved", by="bob", note="fine")
+    two_needed.refresh_from_db()
+    assert (
+        two_needed.status == "approved" and two_needed.notes_so_far == []
+    )  # decided: the notes are the votes' and the audit's
+    assert "Notes so far" not in client.get(f"/approvals/{two_needed.id}").content.decode()
+
+
+def test_the_inbox_reads_the_notes_of_all_its_cards_at_once(two_needed: Approval, bob: User):
+    client = Client()
+    client.force_login(bob)
+
+    def queries_with_noted_cards(count: int) -> int:
+        while Approval.objects.filter(status="pending").count() < count:
+            pending(start(REFUND))
+        for approval in Approval.objects.filter(status="pending"):
+            decide(approval, "approved", by="alice", note=f"checked {approval.pk}")
+        with CaptureQueriesContext(connection) as page:
+            html = client.get("/").content.decode()
+        assert html.count("Notes so far: alice: “checked ") == count
+        return len(page.captured_queries)
+
+    assert queries_with_noted_cards(1) == queries_with_noted_cards(4)
 
 
 @pytest.mark.parametrize("runner", RUNNERS)

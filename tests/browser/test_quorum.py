@@ -1,6 +1,6 @@
 """Two reviewers in real Chromium decide a quorum-2 approval: alice's approval shows "1 of 2"
 on bob's card without a reload, bob's approval decides it; on a question, alice's answer shows
-on bob's card as she gives it."""
+on bob's card as she gives it, and so does the note she approved with."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from agents.models import Approval, Vote
 from tests.agents.test_questions_allowed import QUORUM, SHOP, order
 from tests.browser.conftest import wait_js
 from tests.browser.test_inbox_flow import wait_live
-from tests.support.flows import pending, resume, start
+from tests.support.flows import decide, pending, resume, start
 from tests.support.policies import support_yaml
 
 pytestmark = pytest.mark.browser
@@ -65,3 +65,20 @@ def test_it_shows_the_next_approver_the_answer_given_before_theirs_live(agent_co
     wait_js(bobs.page, "([s, said]) => document.querySelector(s)?.innerText.includes(said)", arg=[card, said])
     assert bobs.page.locator(f"{card} .answers b").count() == 0
     assert (alices.errors, bobs.errors) == ([], [])
+
+
+def test_it_shows_the_next_approver_why_the_first_approved_live(agent_config, viewer, alice, bob, carol):
+    agent_config(support_yaml(quorum=2))
+    [approval] = pending(start(REFUND))
+    bobs = viewer("bob")
+    wait_live(bobs.page)
+    card = f"#card-{approval.id}"
+    bobs.page.wait_for_selector(card)
+
+    decide(approval, "approved", by="alice", note="Checked with <b>finance</b>: the limit holds")
+
+    said = "Notes so far: alice: “Checked with <b>finance</b>: the limit holds”"
+    wait_js(bobs.page, "([s, said]) => document.querySelector(s)?.innerText.includes(said)", arg=[card, said])
+    assert bobs.page.locator(f"{card} .notes b").count() == 0
+    bobs.screenshot("quorum-notes-so-far")
+    assert bobs.errors == []
