@@ -8,7 +8,8 @@ so common that the first page fills at once.
 
 The indexes are not in the models' state: SQLite has neither GIN nor pg_trgm, and Django
 rebuilds a SQLite table with every index its state names. They are built CONCURRENTLY, so a
-running deployment keeps writing runs while they build (5 s for the three at 200,000 runs and calls here).
+running deployment keeps writing while they build (10 s for the three at 200,000 runs, calls
+and approvals here).
 """
 
 from django.db import migrations
