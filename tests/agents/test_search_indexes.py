@@ -39,7 +39,7 @@ def _found(search: str, status: str = "pending") -> set[str]:
     return set(selectors.approval_list(status=status, search=search).values_list("pk", flat=True))
 
 
-# 1: every word is held by more rows than that, so no list is narrowed (the other way, on PostgreSQL).
+# With 1, a word two rows hold narrows nothing: both ways of searching are taken (on PostgreSQL).
 @pytest.mark.parametrize("few_holders", [1, selectors.FEW_HOLDERS])
 def test_the_inbox_search_finds_a_word_in_the_prompt_the_call_the_tool_or_the_note(db, monkeypatch, few_holders):
     monkeypatch.setattr(selectors, "FEW_HOLDERS", few_holders)
