@@ -164,11 +164,14 @@ def mark(user: Any, approvals: Iterable[Approval], groups: set[str] | None = Non
         groups = group_names(user) if user.is_authenticated else set()
     for approval in approvals:
         approval.decidable = refusal(user, approval, groups) is None  # type: ignore[attr-defined]
-    _count_votes(approvals)
+    read_votes(approvals)
 
 
-def _count_votes(approvals: list[Approval]) -> None:
-    """Give each card whose approvals count (its tally), reading the votes and voters of all of them at once."""
+def read_votes(approvals: list[Approval]) -> None:
+    """Give each card its votes and whose approvals count (its tally), reading those of all of them at once.
+
+    The same for every reviewer: a card pushed to many is read once for all of them.
+    """
     votes: dict[str, list[Vote]] = {approval.pk: [] for approval in approvals}
     for vote in Vote.objects.filter(approval_id__in=list(votes)).order_by("created_at", "id"):
         votes[vote.approval_id].append(vote)

@@ -340,6 +340,7 @@ def _described_approval(approval_id: str) -> Approval | None:
     except services.NotFound:
         return None
     describe_cards([approval])
+    eligibility.read_votes([approval])  # once, not again by each variant of the card
     return approval
 
 

@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from agents import runtime, services
 from agents.models import Approval, AuditEntry, Run, SideEffect, Vote, arguments_digest
 from dashboard import cli
+from dashboard.live import consumers
 from tests.agents.test_races import RUNNERS, N
 from tests.support.flows import decide, pending, resume, start
 from tests.support.policies import support_yaml
@@ -232,6 +233,22 @@ def test_the_inbox_reads_the_notes_of_all_its_cards_at_once(two_needed: Approval
         return len(page.captured_queries)
 
     assert queries_with_noted_cards(1) == queries_with_noted_cards(4)
+
+
+def test_a_pushed_card_reads_its_votes_once_for_every_variant(two_needed: Approval):
+    decide(two_needed, "approved", by="alice", note="checked")
+
+    with CaptureQueriesContext(connection) as reads:
+        approval = consumers._described_approval(two_needed.id)
+        cards = [
+            consumers._card_html(approval, decidable, replace, "top")
+            for decidable in (True, False)
+            for replace in (True, False)
+        ]
+
+    assert all("1 of 2 approvals: alice" in card and "Notes so far: alice: “checked”" in card for card in cards)
+    vote_reads = [query["sql"] for query in reads.captured_queries if "agents_vote" in query["sql"]]
+    assert len(vote_reads) == 1, vote_reads  # not one for the tally and one for the notes, per variant
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
