@@ -153,9 +153,9 @@ def test_one_token_holds_neither_a_server_thread_per_open_wait_nor_waits_without
     async def hold(client: httpx.AsyncClient) -> httpx.Response:
         """A long wait, sent again after a 429 as a client keeping to Retry-After would (sooner, for the test).
 
-        A probe may take the last slot for a moment while the held waits are still coming in;
-        the held wait refused then, never sent again, left a slot free for good and every probe
-        after it answered 200 (1 of the suite's runs in 3).
+        A probe may take the last slot for a moment while the held waits are still coming in; a
+        held wait refused then and never sent again would leave a slot free for good, and every
+        probe after it answer 200: the likely cause of this test failing in 1 of the suite's runs in 3.
         """
         while True:
             response = await client.get(wait, params={"timeout": 60})
