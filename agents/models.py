@@ -97,7 +97,8 @@ class Message(models.Model):
         ASSISTANT = "assistant"
         TOOL = "tool"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    # No index of its own: message_run_seq starts with it (tests/agents/test_indexes.py).
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages", db_index=False)
     seq = models.PositiveIntegerField()
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True)
@@ -124,7 +125,8 @@ class ToolCall(models.Model):
         FAILED = "failed"  # the tool raised, or its arguments were invalid
         IN_DOUBT = "in_doubt"  # claimed by a worker that died before recording a result
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
+    # No index of its own: toolcall_run_call starts with it.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls", db_index=False)
     call_id = models.CharField(max_length=100)
     # The assistant message seq that proposed this call: the calls of one step share it.
     step = models.PositiveIntegerField()
@@ -202,7 +204,8 @@ class Approval(models.Model):
 
     # Derived, never random: appr_{run_id}_{call_id} (invariant 1).
     id = models.CharField(primary_key=True, max_length=200, editable=False)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
+    # No index of its own: approval_run_status starts with it.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals", db_index=False)
     tool_call = models.OneToOneField(ToolCall, on_delete=models.CASCADE, related_name="approval")
     tool = models.CharField(max_length=100, db_index=True)
     mode = models.CharField(max_length=10, choices=Mode.choices)
@@ -399,7 +402,8 @@ class Approval(models.Model):
 class Vote(models.Model):
     """One person's decision on an approval, bound to the digest of the arguments it approves."""
 
-    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes")
+    # No index of its own: vote_once_per_digest starts with it.
+    approval = models.ForeignKey(Approval, on_delete=models.CASCADE, related_name="votes", db_index=False)
     voter = models.CharField(max_length=150)  # a username, from authentication (or the CLI's --by)
     decision = models.CharField(max_length=10)  # approved or rejected
     arguments_digest = models.CharField(max_length=64)
@@ -438,7 +442,8 @@ class RunEvent(models.Model):
         APPROVAL_VOTED = "approval_voted"  # an approval counted towards a quorum not yet reached
         RUN_STATUS = "run_status"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: runevent_run_seq starts with it.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=20, choices=Type.choices)
     data = models.JSONField(default=dict)
@@ -547,7 +552,8 @@ class ApiToken(models.Model):
 class SavedAgent(models.Model):
     """An agent composed in the playground and saved under a name by its owner."""
 
-    owner = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="saved_agents")
+    # No index of its own: savedagent_owner_name starts with it.
+    owner = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="saved_agents", db_index=False)
     name = models.CharField(max_length=80)
     definition = models.JSONField()  # the agent as agentfast.yaml would write it (playground.AgentForm.spec)
     created_at = models.DateTimeField(auto_now_add=True)
