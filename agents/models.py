@@ -71,7 +71,7 @@ class Run(models.Model):
                 fields=["id"], name="run_suspended_resumable", condition=models.Q(status="suspended", auto_resume=True)
             ),
             # On PostgreSQL the searches of runs, calls and approvals also have trigram indexes,
-            # outside this state (SQLite has none): migration 0030.
+            # outside this state (SQLite has none): migrations 0030 and 0032.
         ]
         permissions = [("gate_external", "Can gate, claim and report its own external tool calls")]
 

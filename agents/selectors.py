@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import operator
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -197,7 +199,7 @@ def _few_holders(word: str) -> Q | None:
     lookups = (
         ("pk__in", Approval.objects.filter(in_own).values_list("pk", flat=True)),
         ("tool_call_id__in", ToolCall.objects.filter(in_arguments).values_list("pk", flat=True)),
-        ("run_id__in", Run.objects.filter(input__icontains=word).values_list("pk", flat=True)),
+        ("run_id__in", Run.objects.filter(run_text_matches(word, ("input",))).values_list("pk", flat=True)),
     )
     holders = Q()
     for lookup, rows in lookups:
@@ -530,7 +532,7 @@ def run_search(
     """Return runs newest first, filtered by a search text, status, agent, creator and dates."""
     runs = run_list(status=status, agent=agent)
     if query:
-        runs = runs.filter(Q(input__icontains=query) | Q(id__icontains=query) | Q(output__icontains=query))
+        runs = runs.filter(run_text_matches(query, ("input", "id", "output")))
     if created_by:
         runs = runs.filter(created_by=created_by)
     if since:
@@ -538,6 +540,27 @@ def run_search(
     if until:
         runs = runs.filter(created_at__lt=until)
     return runs  # the view counts the pending approvals of the visible page only (run_pending_and_scheduled)
+
+
+# The runs the trigram index holds (migration 0032): all but the internal ones queued or driven
+# by a worker, whose row is written again and again while there are few of them.
+RUN_TEXT_INDEXED = ~Q(status__in=(Run.Status.QUEUED, Run.Status.RUNNING)) | Q(kind=Run.Kind.EXTERNAL)
+
+
+def run_text_matches(text: str, fields: Sequence[str]) -> Q:
+    """Return a condition on runs: one of these text fields holds `text`, whatever its case.
+
+    Spelled so PostgreSQL serves it with indexes: each field's match among the runs the
+    trigram index holds is an arm of its own (an arm must name the index's predicate to use
+    it), and the queued and running internal runs, which it leaves out, are read by status
+    and matched. On SQLite it comes to the plain OR of the fields' matches.
+    """
+    matches = [Q(**{f"{field}__icontains": text}) for field in fields]
+    driven = Q(status__in=(Run.Status.QUEUED, Run.Status.RUNNING), kind=Run.Kind.INTERNAL)
+    condition = driven & functools.reduce(operator.or_, matches)
+    for match in matches:
+        condition |= RUN_TEXT_INDEXED & match
+    return condition
 
 
 def run_filter_choices() -> tuple[list[str], list[str]]:

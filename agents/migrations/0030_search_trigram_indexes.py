@@ -40,7 +40,12 @@ def create_indexes(apps, schema_editor):
     # pg_trgm is a trusted extension (PostgreSQL 13+): the database's owner may create it; a
     # role that may not needs it created once by a superuser, after which this is a no-op.
     schema_editor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    for name, definition in INDEXES.items():
+    build(schema_editor, INDEXES)
+
+
+def build(schema_editor, indexes: dict[str, str]) -> None:
+    """Build each index CONCURRENTLY unless it is there and valid (later migrations build theirs so too)."""
+    for name, definition in indexes.items():
         # A concurrent build that failed (a deploy killed mid-way) leaves an invalid index, which
         # IF NOT EXISTS would keep for ever: drop it and build it again.
         with schema_editor.connection.cursor() as cursor:
