@@ -29,8 +29,9 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Annotated, Any, Self, TypedDict
 from urllib.parse import unquote, urlsplit
 
@@ -241,14 +242,17 @@ def _in_process(args: argparse.Namespace, conninfo: str) -> dict[str, Any]:
 
     measure.check_flow()
     results: dict[str, Any] = {}
-    with LangGraphSync(conninfo, args.durability) as lg:
+    with LangGraphSync(conninfo, args.durability) as lg, WriteMeter(conninfo) as writes:
         lg.check_flow()
         progress(f"round trip in process: {args.rounds} rounds of each, alternating (+10 warm-up)")
         af_rt, lg_rt, af_cpu, lg_cpu = [], [], [], []
         for index in range(10 + args.rounds):
-            af, afc = _cpu_and_wall(_agentfast_round_trip)
-            lgt, lgc = _cpu_and_wall(lambda index=index: lg.round_trip(f"rt-{index}"))
-            if index >= 10:
+            counted = index >= 10
+            with writes.of("agentfast", counted):
+                af, afc = _cpu_and_wall(_agentfast_round_trip)
+            with writes.of("langgraph", counted):
+                lgt, lgc = _cpu_and_wall(lambda index=index: lg.round_trip(f"rt-{index}"))
+            if counted:
                 af_rt.append(af)
                 lg_rt.append(lgt)
                 af_cpu.append(afc)
@@ -256,9 +260,55 @@ def _in_process(args: argparse.Namespace, conninfo: str) -> dict[str, Any]:
         results["round_trip"] = {"agentfast": measure.summary(af_rt), "langgraph": measure.summary(lg_rt)}
         # CPU of this process (all its threads) per round trip: steadier than wall time on a busy machine.
         results["round_trip_cpu"] = {"agentfast": measure.summary(af_cpu), "langgraph": measure.summary(lg_cpu)}
+        results["round_trip_writes"] = writes.per_round_trip()
         progress(f"bytes per paused run: {args.paused} paused runs of each")
         results["storage"] = {"agentfast": _agentfast_storage(args.paused), "langgraph": lg.storage(args.paused)}
     return results
+
+
+class WriteMeter:
+    """What a round trip asks PostgreSQL to make durable: WAL bytes and write transactions.
+
+    Read between round trips from a connection of its own, outside their clocks: the WAL
+    position (`pg_current_wal_lsn`) and the next transaction id, which only a transaction
+    that writes takes (read from a snapshot, which takes none). Both are the server's, so
+    anything else writing meanwhile (autovacuum) counts too: little beside a round trip's.
+    """
+
+    _NEXT_XID = "pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+    SQL = f"SELECT pg_current_wal_lsn()::text, {_NEXT_XID}"
+    SINCE = f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn), {_NEXT_XID}"
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self.totals: dict[str, list[float]] = {}  # engine → [round trips, WAL bytes, write transactions]
+
+    def __enter__(self) -> Self:
+        import psycopg
+
+        self.connection = psycopg.connect(self.conninfo, autocommit=True)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.connection.close()
+
+    @contextmanager
+    def of(self, engine: str, counted: bool) -> Iterator[None]:
+        lsn, xid = self.connection.execute(self.SQL).fetchone()  # type: ignore[misc]
+        yield
+        if not counted:
+            return
+        wal, after = self.connection.execute(self.SINCE, [lsn]).fetchone()  # type: ignore[misc]
+        total = self.totals.setdefault(engine, [0.0, 0.0, 0.0])
+        total[0] += 1
+        total[1] += float(wal)
+        total[2] += after - xid
+
+    def per_round_trip(self) -> dict[str, dict[str, float]]:
+        return {
+            engine: {"wal_bytes": wal / n, "write_transactions": xacts / n}
+            for engine, (n, wal, xacts) in self.totals.items()
+        }
 
 
 def _conninfo(url: str) -> str:
@@ -849,6 +899,16 @@ def _render_in_process(results: dict[str, Any]) -> list[str]:
             f"{'  CPU of this process per round trip, LangGraph':<58}{lgc['n']:>6}{lgc['p50_ms']:>10.2f}{lgc['p95_ms']:>10.2f}",
             f"{'  ratio agentfast / LangGraph (CPU)':<64}{afc['p50_ms'] / lgc['p50_ms']:>10.2f}×"
             f"{afc['p95_ms'] / lgc['p95_ms']:>9.2f}×",
+        ]
+    if "round_trip_writes" in results:
+        aw, lw = results["round_trip_writes"]["agentfast"], results["round_trip_writes"]["langgraph"]
+        out += [
+            "",
+            f"{'WRITTEN PER ROUND TRIP (PostgreSQL, mean)':<58}{'WAL B':>10}{'write tx':>10}",
+            f"{'  agentfast':<58}{aw['wal_bytes']:>10.0f}{aw['write_transactions']:>10.2f}",
+            f"{'  LangGraph':<58}{lw['wal_bytes']:>10.0f}{lw['write_transactions']:>10.2f}",
+            f"{'  ratio agentfast / LangGraph':<58}{aw['wal_bytes'] / lw['wal_bytes']:>9.2f}×"
+            f"{aw['write_transactions'] / lw['write_transactions']:>9.2f}×",
         ]
     out += [
         "",
