@@ -70,6 +70,9 @@ class Run(models.Model):
             models.Index(
                 fields=["id"], name="run_suspended_resumable", condition=models.Q(status="suspended", auto_resume=True)
             ),
+            # External agents' sessions (the sweeper's look for their calls claimed long ago): an
+            # internal run never enters it. Without it that look read every run (24 ms at 200,000).
+            models.Index(fields=["id"], name="run_external", condition=models.Q(kind="external")),
             # On PostgreSQL the searches of runs, calls and approvals also have trigram indexes,
             # outside this state (SQLite has none): migrations 0030 and 0032.
         ]

@@ -44,7 +44,7 @@ def create_indexes(apps, schema_editor):
 
 
 def build(schema_editor, indexes: dict[str, str]) -> None:
-    """Build each index CONCURRENTLY unless it is there and valid (later migrations build theirs so too)."""
+    """Build each index CONCURRENTLY unless it is there and valid (later migrations build theirs with it)."""
     for name, definition in indexes.items():
         # A concurrent build that failed (a deploy killed mid-way) leaves an invalid index, which
         # IF NOT EXISTS would keep for ever: drop it and build it again.

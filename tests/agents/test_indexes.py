@@ -7,6 +7,9 @@ from dataclasses import dataclass
 import pytest
 from django.apps import apps
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agents.gateway.services import external_claims_mark_in_doubt
 
 postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's pattern indexes")
 
@@ -79,3 +82,19 @@ def test_no_text_column_keeps_a_pattern_index_no_query_reads(db):
     """Django adds a `varchar_pattern_ops` twin to every indexed text column; it serves only LIKE 'prefix%'."""
     twins = [i.name for table in _tables() for i in _indexes(table) if "pattern_ops" in i.definition]
     assert twins == []
+
+
+@postgres_only
+def test_the_sweepers_look_for_stale_external_claims_reads_the_external_sessions_index(db):
+    """Joined to its run by `kind = 'external'`, which no other index serves: at 200,000 runs it read them all (24 ms)."""
+    with CaptureQueriesContext(connection) as queries:
+        external_claims_mark_in_doubt()
+    [look] = [query["sql"] for query in queries.captured_queries if "'external'" in query["sql"]]
+    with connection.cursor() as cursor:
+        # The tables are tiny, so reading one whole is costed out (a walk of a whole index too), as at scale.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_indexscan = off")
+        cursor.execute(f"EXPLAIN {look}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "run_external" in plan, plan
