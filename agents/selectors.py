@@ -543,8 +543,11 @@ def run_search(
 
 
 # The runs the trigram index holds (migration 0032): all but the internal ones queued or driven
-# by a worker, whose row is written again and again while there are few of them.
-RUN_TEXT_INDEXED = ~Q(status__in=(Run.Status.QUEUED, Run.Status.RUNNING)) | Q(kind=Run.Kind.EXTERNAL)
+# by a worker, whose row is written again and again while there are few of them. Spelled as the
+# index's predicate, which PostgreSQL must find in a query to use it; _DRIVEN is its complement.
+_DRIVEN_STATUSES = (Run.Status.QUEUED, Run.Status.RUNNING)
+RUN_TEXT_INDEXED = ~Q(status__in=_DRIVEN_STATUSES) | Q(kind=Run.Kind.EXTERNAL)
+_DRIVEN = Q(status__in=_DRIVEN_STATUSES, kind=Run.Kind.INTERNAL)
 
 
 def run_text_matches(text: str, fields: Sequence[str]) -> Q:
@@ -556,8 +559,7 @@ def run_text_matches(text: str, fields: Sequence[str]) -> Q:
     and matched. On SQLite it comes to the plain OR of the fields' matches.
     """
     matches = [Q(**{f"{field}__icontains": text}) for field in fields]
-    driven = Q(status__in=(Run.Status.QUEUED, Run.Status.RUNNING), kind=Run.Kind.INTERNAL)
-    condition = driven & functools.reduce(operator.or_, matches)
+    condition = _DRIVEN & functools.reduce(operator.or_, matches)
     for match in matches:
         condition |= RUN_TEXT_INDEXED & match
     return condition

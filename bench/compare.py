@@ -276,7 +276,7 @@ class WriteMeter:
     """
 
     _NEXT_XID = "pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
-    SQL = f"SELECT pg_current_wal_lsn()::text, {_NEXT_XID}"
+    NOW = f"SELECT pg_current_wal_lsn()::text, {_NEXT_XID}"
     SINCE = f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn), {_NEXT_XID}"
 
     def __init__(self, conninfo: str) -> None:
@@ -294,7 +294,7 @@ class WriteMeter:
 
     @contextmanager
     def of(self, engine: str, counted: bool) -> Iterator[None]:
-        lsn, xid = self.connection.execute(self.SQL).fetchone()  # type: ignore[misc]
+        lsn, xid = self.connection.execute(self.NOW).fetchone()  # type: ignore[misc]
         yield
         if not counted:
             return
